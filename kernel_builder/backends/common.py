@@ -1,0 +1,68 @@
+"""What every torch backend shares: the binding's sources, the torch include and link
+settings, and the defines the binding tests (FORMATS.md)."""
+
+from __future__ import annotations
+
+import platform
+
+from kernel_builder.cmake import SourceGroup, generated_include_dir
+from kernel_builder.envs import BuildEnv
+from kernel_builder.manifest import KernelUnit, Manifest
+
+# Stable ABI 3.9+: the PyInit module in registration.h only needs the limited API.
+PY_LIMITED_API = "0x03090000"
+
+
+def host_platform() -> tuple[str, str]:
+    """(arch, os) in variant spelling: x86_64/aarch64, linux/darwin."""
+    arch = platform.machine().lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    return arch, platform.system().lower()
+
+
+def compiled_files(files: tuple[str, ...], suffixes: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f for f in files if f.endswith(suffixes))
+
+
+def binding_group(manifest: Manifest, suffixes: tuple[str, ...]) -> SourceGroup | None:
+    torch = manifest.torch
+    assert torch is not None
+    files = compiled_files(torch.src, suffixes)
+    if not files:
+        return None
+    root = manifest.root
+    return SourceGroup(
+        files=tuple(str(root / f) for f in files),
+        options=torch.cxx_flags,
+        includes=tuple(str(root / i) for i in torch.include),
+    )
+
+
+def unit_group(manifest: Manifest, unit: KernelUnit, suffixes: tuple[str, ...], options: tuple[str, ...]) -> SourceGroup | None:
+    files = compiled_files(unit.src, suffixes)
+    if not files:
+        return None
+    root = manifest.root
+    return SourceGroup(
+        files=tuple(str(root / f) for f in files),
+        options=options,
+        includes=tuple(str(root / i) for i in unit.include),
+    )
+
+
+def torch_definitions(ops_name: str, macro: str, env: BuildEnv) -> tuple[str, ...]:
+    return (
+        f"TORCH_EXTENSION_NAME={ops_name}",
+        macro,
+        f"Py_LIMITED_API={PY_LIMITED_API}",
+        f"_GLIBCXX_USE_CXX11_ABI={1 if env.cxx11_abi else 0}",
+    )
+
+
+def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ...]:
+    return (
+        str(generated_include_dir(work_dir)),
+        str(manifest.root),
+        *env.include_dirs,
+        env.python_include,
+    )

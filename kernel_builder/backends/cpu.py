@@ -1,0 +1,69 @@
+"""CPU: the host C++ compiler, every cpu unit linked into one extension with OpenMP.
+
+Each unit keeps its own `cxx-flags`, so an AVX-512 unit is compiled with them while the
+rest of the library stays portable; the code picks the path at run time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from kernel_builder.backends import Unavailable, tool_version
+from kernel_builder.backends.common import (
+    binding_group,
+    host_platform,
+    torch_definitions,
+    torch_includes,
+    unit_group,
+)
+from kernel_builder.cmake import CompileSpec
+from kernel_builder.envs import BuildEnv
+from kernel_builder.manifest import Manifest
+from kernel_builder.variants import Variant, arch_variant, stable_abi_variant, parse_version
+
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c")
+
+
+def cxx_compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
+class CpuBackend:
+    name = "cpu"
+    macro = "CPU_KERNEL"
+
+    def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
+        if cxx_compiler() is None:
+            return Unavailable(self.name, "no C++ compiler found (install g++ or set CXX)")
+        arch, os_ = host_platform()
+        abi = manifest.torch.stable_abi_for(self.name) if manifest and manifest.torch else None
+        if abi:
+            return stable_abi_variant(parse_version(abi), self.name, None, arch, os_)
+        return arch_variant(env.torch, self.name, None, arch, os_)
+
+    def toolchain_ids(self) -> tuple[str, ...]:
+        compiler = cxx_compiler()
+        return (tool_version(compiler) or f"{compiler}: unknown",) if compiler else ()
+
+    def compile_spec(self, job) -> CompileSpec:
+        manifest, env = job.manifest, job.env
+        groups = [binding_group(manifest, CXX_SUFFIXES)]
+        groups += [unit_group(manifest, u, CXX_SUFFIXES, u.cxx_flags) for u in manifest.units_for(self.name)]
+        definitions = torch_definitions(job.ops_name, self.macro, env)
+        if job.variant.torch and job.variant.kind.value == "stable-abi":
+            major, minor = job.variant.torch
+            definitions += (f"TORCH_TARGET_VERSION=(((0ULL + {major}) << 56) | ((0ULL + {minor}) << 48))",)
+        compiler = cxx_compiler()
+        return CompileSpec(
+            target=job.ops_name,
+            suffix=".abi3.so",
+            languages=("CXX",),
+            groups=tuple(g for g in groups if g is not None),
+            definitions=definitions,
+            options=("-O3", "-fopenmp"),
+            includes=torch_includes(manifest, env, job.work_dir),
+            link_dirs=(env.library_dir,),
+            link_libraries=("c10", "torch", "torch_cpu"),
+            link_options=("-fopenmp",),
+            cache={"CMAKE_CXX_COMPILER": compiler, "CMAKE_CXX_STANDARD": "17"} if compiler else {},
+        )

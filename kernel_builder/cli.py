@@ -1,0 +1,149 @@
+"""The `kbuild` command line: parses options, calls the modules, prints results.
+
+A KbuildError becomes one line on stderr and its exit code; never a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from kernel_builder import __version__
+from kernel_builder.errors import KbuildError
+
+app = typer.Typer(
+    name="kbuild",
+    help="Build, check and publish compute kernels for the Hugging Face Kernel Hub.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _print_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+@app.command()
+def build(
+    kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
+    variant: Optional[List[str]] = typer.Option(
+        None, "--variant", "-V", help="Build exactly this variant (repeatable), e.g. torch213-cxx11-cpu-x86_64-linux."
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: KERNEL_DIR/build)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Build the kernel for this machine's variants: one folder per variant under build/."""
+    from kernel_builder.build import build_kernel
+
+    console = _console(stderr=True)
+
+    def started(job) -> None:
+        if not as_json:
+            console.print(f"[bold]{job.variant.name}[/]: building ({job.env.describe()})")
+
+    manifest, results = build_kernel(kernel_dir, tuple(variant or ()), out, on_start=started)
+    if as_json:
+        _print_json([r.__dict__ for r in results])
+    else:
+        out_dir = Path(out) if out else manifest.root / "build"
+        for r in results:
+            if r.status == "skipped":
+                console.print(f"[yellow]skipped[/] {r.backend}: {r.detail}")
+            elif r.status == "failed":
+                console.print(f"[red]failed[/]  {r.variant}: {r.detail}")
+            else:
+                console.print(f"[green]{r.status:10}[/] {out_dir / r.variant}  ({r.seconds:.2f} s)")
+    if any(not r.ok for r in results):
+        raise typer.Exit(1)
+    if not any(r.status in ("built", "up-to-date") for r in results):
+        raise KbuildError(f"nothing to build for '{manifest.name}' on this machine: every backend was skipped")
+
+
+@app.command()
+def variants(
+    kernel_dir: Optional[Path] = typer.Argument(None, help="Limit to what this kernel repo supports."),
+    as_json: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
+) -> None:
+    """List the default variant matrix and mark what this machine can build (and why not)."""
+    from kernel_builder.envs import current_env
+    from kernel_builder.host import backend_targets, why_not
+    from kernel_builder.manifest import load_manifest
+    from kernel_builder.variants import BACKENDS, default_matrix
+
+    manifest = load_manifest(kernel_dir) if kernel_dir is not None else None
+    backends = manifest.general.backends if manifest else BACKENDS
+    env = current_env()
+    targets = backend_targets(env, manifest, backends)
+    rows = []
+    for v in default_matrix().variants:
+        if v.backend not in backends:
+            continue
+        reason = why_not(v, targets, env)
+        rows.append({"variant": v.name, "backend": v.backend, "buildable": reason is None, "reason": reason})
+    if as_json:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"variants ({env.describe()})")
+    table.add_column("variant")
+    table.add_column("here")
+    table.add_column("why not")
+    for row in rows:
+        table.add_row(row["variant"], "[green]yes[/]" if row["buildable"] else "no", row["reason"] or "")
+    _console().print(table)
+
+
+@app.command()
+def init(
+    name: str = typer.Argument(..., help="Kernel name, kebab-case (e.g. my-kernel); also the folder created."),
+    backends: str = typer.Option("cpu", "--backends", "-b", help="Comma-separated: cpu,cuda,metal,rocm,xpu."),
+) -> None:
+    """Scaffold a kernel repo with a working example op, tests and CI-ready layout."""
+    from kernel_builder.scaffold import scaffold
+
+    chosen = [b.strip() for b in backends.split(",") if b.strip()]
+    written = scaffold(Path(name), name.rstrip("/").split("/")[-1], chosen)
+    _console().print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
+
+
+@app.command()
+def version() -> None:
+    """Print kbuild's version."""
+    typer.echo(f"kbuild {__version__}")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except KbuildError as e:
+        _console(stderr=True).print(f"[red]kbuild: error:[/] {e.message}", soft_wrap=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        _console(stderr=True).print("kbuild: interrupted")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors and aborts carry their own exit codes
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

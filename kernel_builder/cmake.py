@@ -1,0 +1,138 @@
+"""The generated CMake project (Ninja generator) for one job, and running it.
+
+A backend describes what to compile as a CompileSpec; this module renders it through
+templates/build/CMakeLists.txt.j2, configures once per work tree and lets Ninja decide
+what is out of date, so an edit recompiles only what it touches.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernel_builder.errors import BuildError, KbuildError
+from kernel_builder.resources import templates_dir
+
+
+@dataclass(frozen=True)
+class SourceGroup:
+    """Files compiled with the same extra options and include folders."""
+
+    files: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    target: str  # the library's base name (= the op namespace)
+    suffix: str  # ".abi3.so"
+    languages: tuple[str, ...]
+    groups: tuple[SourceGroup, ...]
+    definitions: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()
+    link_dirs: tuple[str, ...] = ()
+    link_libraries: tuple[str, ...] = ()
+    link_options: tuple[str, ...] = ()
+    cache: dict[str, str] = field(default_factory=dict)  # -D variables at configure time
+
+    def describe(self) -> str:
+        """Stable text of everything that shapes the build: part of the input hash."""
+        return repr(self)
+
+
+def cmake_quote(value: str) -> str:
+    """A CMake quoted argument."""
+    return '"' + re.sub(r'([\\"$])', r"\\\1", str(value)) + '"'
+
+
+def render_project(spec: CompileSpec, work_dir: Path) -> Path:
+    """Write CMakeLists.txt and registration.h into work_dir; rewrite only on change."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir("build"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = cmake_quote
+    text = env.get_template("CMakeLists.txt.j2").render(spec=spec)
+    generated = work_dir / "generated"
+    generated.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(generated / "registration.h", templates_dir("build", "registration.h").read_text())
+    _write_if_changed(work_dir / "CMakeLists.txt", text)
+    return work_dir
+
+
+def generated_include_dir(work_dir: Path) -> Path:
+    return work_dir / "generated"
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    # Unchanged files keep their mtime, so Ninja does not rebuild what did not change.
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _tool(name: str) -> str:
+    """A build tool from the running environment first (the cmake/ninja wheels), then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise KbuildError(f"{name} not found; install it (`pip install {name}`) or put it on PATH")
+    return found
+
+
+def build_project(spec: CompileSpec, work_dir: Path, log_file: Path, jobs: int | None = None) -> Path:
+    """Configure (first time) and build; return the built library. Output goes to log_file."""
+    build_dir = work_dir / "build"
+    cmake = _tool("cmake")
+    ninja = _tool("ninja")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "w") as log:
+        if not (build_dir / "build.ninja").exists():
+            configure = [
+                cmake, "-G", "Ninja", "-S", str(work_dir), "-B", str(build_dir),
+                f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release",
+                *(f"-D{k}={v}" for k, v in sorted(spec.cache.items())),
+            ]
+            _run(configure, log, log_file, "configure")
+        command = [cmake, "--build", str(build_dir)]
+        if jobs:
+            command += ["--parallel", str(jobs)]
+        _run(command, log, log_file, "compile")
+    library = build_dir / f"{spec.target}{spec.suffix}"
+    if not library.exists():
+        raise BuildError(f"the build finished but {library.name} is missing; see {log_file}")
+    return library
+
+
+def _run(command: list[str], log, log_file: Path, step: str) -> None:
+    log.write("$ " + " ".join(command) + "\n")
+    log.flush()
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    if result.returncode != 0:
+        log.flush()
+        raise BuildError(f"{step} failed: {first_error(log_file)} (full log: {log_file})")
+
+
+def first_error(log_file: Path) -> str:
+    """The first compiler or CMake error line of a log, for a one-line report."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    for line in lines:
+        if re.search(r"\berror\b|CMake Error|undefined reference", line, re.IGNORECASE):
+            return line.strip()[:300]
+    tail = [line for line in lines if line.strip()]
+    return tail[-1].strip()[:300] if tail else "no output"

@@ -1,0 +1,122 @@
+"""Assemble a variant folder: the Python package, the library, `_ops.py`, `metadata.json`
+(sha256 digest of every file, provenance), then move it into place in one rename."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from kernel_builder import __version__
+from kernel_builder.plan import BuildJob
+from kernel_builder.provenance import kbuild_git_state
+from kernel_builder.resources import templates_dir
+from kernel_builder.runtime.digest import hash_variant
+
+STAGING_PREFIX = ".kbuild-staging-"
+
+
+def _render(template: str, **values) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir("build"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env.get_template(template).render(**values)
+
+
+def package_files(job: BuildJob) -> list[Path]:
+    """The files of torch-ext/<python_name>/ that the `pyext` extensions select."""
+    source = job.manifest.torch or job.manifest.noarch
+    suffixes = tuple(f".{ext}" for ext in source.pyext)
+    root = job.manifest.package_dir
+    return sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and p.name.endswith(suffixes) and "__pycache__" not in p.relative_to(root).parts
+    )
+
+
+def stage_variant(job: BuildJob, library: Path | None, input_hash: str) -> Path:
+    """Write the complete variant folder beside its destination and return it."""
+    job.out_dir.mkdir(parents=True, exist_ok=True)
+    staging = job.out_dir / f"{STAGING_PREFIX}{job.variant.name}-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    package = job.manifest.package_dir
+    for path in package_files(job):
+        target = staging / path.relative_to(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    if not (staging / "layers.py").exists() and not (staging / "layers").is_dir():
+        # The runtime looks for `layers`; a kernel without layers gets an empty module.
+        (staging / "layers.py").write_text('"""This kernel defines no layers."""\n\n__all__: list[str] = []\n')
+    if library is not None:
+        shutil.copy2(library, staging / job.library_name)
+    ops = _render(
+        "_ops.py.j2",
+        name=job.manifest.name,
+        variant=job.variant.name,
+        library=job.library_name if library is not None else "",
+        ops_name=job.ops_name,
+    )
+    (staging / "_ops.py").write_text(ops)
+    metadata = build_metadata(job, hash_variant(staging), input_hash)
+    (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+    return staging
+
+
+def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dict:
+    general = job.manifest.general
+    python_depends = list(general.python_depends)
+    if job.backend == "cuda" and general.cuda:
+        python_depends += general.cuda.python_depends
+    if job.backend == "xpu":
+        python_depends += general.xpu_python_depends
+    backend: dict = {"type": job.backend}
+    kbuild = kbuild_git_state()
+    builder: dict = {"version": __version__}
+    if kbuild is not None:
+        builder.update(commit=kbuild.commit, dirty=kbuild.dirty)
+    provenance: dict = {"kernel-builder": builder}
+    if job.source is not None:
+        provenance["kernel"] = {"commit": job.source.commit, "dirty": job.source.dirty}
+    metadata = {
+        "id": job.ops_name,
+        "name": general.name,
+        "version": general.version,
+        "license": general.license,
+        "python-depends": python_depends,
+        "backend": backend,
+        "digest": {"algorithm": "sha256", "files": files},
+        "provenance": provenance,
+        # kbuild's own bookkeeping; the runtime ignores unknown keys.
+        "kbuild": {"input-hash": input_hash, "variant": job.variant.name, "torch": job.env.torch_version},
+    }
+    if general.kernel_depends:
+        metadata["kernel-depends"] = [{"repo-id": d.repo_id, "version": d.version} for d in general.kernel_depends]
+    for key in ("upstream", "source"):
+        if getattr(general, key):
+            metadata[key] = getattr(general, key)
+    return metadata
+
+
+def install(staging: Path, dest: Path) -> None:
+    """Replace dest by staging: readers see the old folder or the new one, never a mix."""
+    if dest.exists():
+        old = dest.with_name(f"{STAGING_PREFIX}old-{dest.name}-{os.getpid()}")
+        dest.rename(old)
+        staging.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        staging.rename(dest)
+
+
+def remove_stale_staging(out_dir: Path) -> None:
+    """Leftovers of an interrupted build are never mistaken for variants; clear them."""
+    if out_dir.is_dir():
+        for path in out_dir.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,75 @@
+"""Variant names: parse and format round-trip every FORMATS.md form; the default matrix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import kbuild
+from kernel_builder.errors import VariantError
+from kernel_builder.variants import Kind, Variant, default_matrix, try_parse
+
+FORMS = {
+    "torch213-cxx11-cpu-x86_64-linux": (Kind.ARCH, "cpu", (2, 13), None, True, "x86_64", "linux"),
+    "torch214-cxx11-cu130-x86_64-linux": (Kind.ARCH, "cuda", (2, 14), (13, 0), True, "x86_64", "linux"),
+    "torch213-cxx11-cu126-aarch64-linux": (Kind.ARCH, "cuda", (2, 13), (12, 6), True, "aarch64", "linux"),
+    "torch213-cxx11-rocm71-x86_64-linux": (Kind.ARCH, "rocm", (2, 13), (7, 1), True, "x86_64", "linux"),
+    "torch213-cxx11-xpu20260-x86_64-linux": (Kind.ARCH, "xpu", (2, 13), (2026, 0), True, "x86_64", "linux"),
+    "torch213-metal-aarch64-darwin": (Kind.ARCH, "metal", (2, 13), None, None, "aarch64", "darwin"),
+    "torch210-cpu-aarch64-darwin": (Kind.ARCH, "cpu", (2, 10), None, None, "aarch64", "darwin"),
+    "torch29-cxx98-cu118-x86_64-linux": (Kind.ARCH, "cuda", (2, 9), (11, 8), False, "x86_64", "linux"),
+    "torch-stable-abi210-cu130-x86_64-linux": (Kind.STABLE_ABI, "cuda", (2, 10), (13, 0), None, "x86_64", "linux"),
+    "torch-stable-abi211-cpu-aarch64-darwin": (Kind.STABLE_ABI, "cpu", (2, 11), None, None, "aarch64", "darwin"),
+    "torch-cpu": (Kind.NOARCH, "cpu", None, None, None, None, None),
+    "torch-cuda": (Kind.NOARCH, "cuda", None, None, None, None, None),
+    "torch-universal": (Kind.NOARCH, "universal", None, None, None, None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMS))
+def test_parse_and_format_round_trip(name):
+    v = Variant.parse(name)
+    assert (v.kind, v.backend, v.torch, v.backend_version, v.cxx11, v.arch, v.os) == FORMS[name]
+    assert v.name == name and Variant.parse(v.name) == v
+
+
+@pytest.mark.parametrize("name", ["torch213-cxx11-cu13x-x86_64-linux", "torch-tpu", "flash-attn", "torch213-cxx11-npu-x86_64-linux", "build", ".kbuild-staging-x"])
+def test_not_a_variant(name):
+    assert try_parse(name) is None
+    with pytest.raises(VariantError, match="not a variant name"):
+        Variant.parse(name)
+
+
+def test_our_names_parse_in_the_kernels_runtime():
+    kv = pytest.importorskip("kernels.variants", reason="the kernels package is the reference parser")
+    for name in FORMS:
+        assert kv.parse_variant(name).variant_str == name
+
+
+def test_default_matrix_covers_the_compliant_set():
+    names = {v.name for v in default_matrix().variants}
+    for torch in ("212", "213", "214"):
+        assert f"torch{torch}-cxx11-cpu-x86_64-linux" in names
+        assert f"torch{torch}-metal-aarch64-darwin" in names
+    for cu in ("cu126", "cu130", "cu132"):
+        assert f"torch214-cxx11-{cu}-x86_64-linux" in names
+    assert {"torch213-cxx11-rocm71-x86_64-linux", "torch214-cxx11-rocm72-x86_64-linux"} <= names
+    assert any("-xpu" in n for n in names)
+    assert len(names) == len(default_matrix().variants)
+
+
+def test_variants_command_marks_this_machines_variant():
+    result = kbuild("variants", "--json", check=True)
+    rows = json.loads(result.stdout)
+    buildable = [r["variant"] for r in rows if r["buildable"]]
+    import torch
+
+    major, minor = torch.__version__.split(".")[:2]
+    assert buildable == [f"torch{major}{minor}-cxx11-cpu-x86_64-linux"]
+    reasons = {r["variant"]: r["reason"] for r in rows}
+    assert "not a CUDA build" in reasons[f"torch{major}{minor}-cxx11-cu130-x86_64-linux"]
+    assert "needs platform aarch64-darwin" in reasons[f"torch{major}{minor}-metal-aarch64-darwin"]
+    other = "212" if f"{major}{minor}" != "212" else "214"
+    assert "needs torch" in reasons[f"torch{other}-cxx11-cpu-x86_64-linux"]
+    assert all(r["buildable"] or r["reason"] for r in rows)
