@@ -62,11 +62,13 @@ def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
     return not verify_digest(job.dest, metadata)
 
 
-def run_job(job: BuildJob) -> JobResult:
+def run_job(job: BuildJob, on_build: Callable[[BuildJob], None] | None = None) -> JobResult:
     start = time.perf_counter()
     wanted = job_input_hash(job)
     if is_up_to_date(job, wanted):
         return JobResult(job.variant.name, job.backend, "up-to-date", time.perf_counter() - start)
+    if on_build:
+        on_build(job)
     library = None
     try:
         if job.compiled:
@@ -84,7 +86,7 @@ def build_kernel(
     variants: tuple[str, ...] = (),
     out_dir: Path | None = None,
     env: BuildEnv | None = None,
-    on_start: Callable[[BuildJob], None] | None = None,
+    on_build: Callable[[BuildJob], None] | None = None,
 ) -> tuple[Manifest, list[JobResult]]:
     """Build `kernel_dir` for this machine (or exactly `variants`) into out_dir (default build/)."""
     manifest = load_manifest(kernel_dir)
@@ -93,8 +95,5 @@ def build_kernel(
     plan = plan_build(manifest, env, out, variants)
     remove_stale_staging(out)
     results = [JobResult(f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
-    for job in plan.jobs:
-        if on_start:
-            on_start(job)
-        results.append(run_job(job))
+    results += [run_job(job, on_build) for job in plan.jobs]
     return manifest, results

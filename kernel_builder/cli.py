@@ -26,7 +26,7 @@ app = typer.Typer(
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def _print_json(data) -> None:
@@ -51,7 +51,7 @@ def build(
         if not as_json:
             console.print(f"[bold]{job.variant.name}[/]: building ({job.env.describe()})")
 
-    manifest, results = build_kernel(kernel_dir, tuple(variant or ()), out, on_start=started)
+    manifest, results = build_kernel(kernel_dir, tuple(variant or ()), out, on_build=started)
     if as_json:
         _print_json([r.__dict__ for r in results])
     else:
@@ -125,7 +125,9 @@ def version() -> None:
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Outside standalone mode click returns typer.Exit's code instead of exiting.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except KbuildError as e:
         _console(stderr=True).print(f"[red]kbuild: error:[/] {e.message}", soft_wrap=True)
         sys.exit(e.exit_code)

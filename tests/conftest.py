@@ -1,5 +1,4 @@
-"""Shared fixtures: every test gets its own kbuild cache, so runs never see each other's
-probed environments or CMake work trees."""
+"""Shared test helpers: the real CLI in a subprocess, copies of the examples."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,15 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path_factory.mktemp("kbuild-cache")))
-
-
-@pytest.fixture(scope="session")
-def shared_cache(tmp_path_factory) -> Path:
-    """A cache shared by the slow end-to-end builds of one session."""
-    return tmp_path_factory.mktemp("kbuild-shared-cache")
+# One kbuild cache for the whole test session, never the user's: probed environments
+# are reused across tests, work trees are keyed by each test's own kernel folder.
+os.environ["KBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbuild-test-cache-")
 
 
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
