@@ -43,6 +43,8 @@ def build(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Build the kernel for this machine's variants: one folder per variant under build/."""
+    from rich.markup import escape
+
     from kernel_builder.build import build_kernel
 
     console = _console(stderr=True)
@@ -58,9 +60,9 @@ def build(
         out_dir = Path(out) if out else manifest.root / "build"
         for r in results:
             if r.status == "skipped":
-                console.print(f"[yellow]skipped[/] {r.backend}: {r.detail}")
+                console.print(f"[yellow]skipped[/] {r.backend}: {escape(r.detail)}")
             elif r.status == "failed":
-                console.print(f"[red]failed[/]  {r.variant}: {r.detail}")
+                console.print(f"[red]failed[/]  {r.variant}: {escape(r.detail)}")
             else:
                 console.print(f"[green]{r.status:10}[/] {out_dir / r.variant}  ({r.seconds:.2f} s)")
     if any(not r.ok for r in results):
@@ -93,6 +95,7 @@ def variants(
     if as_json:
         _print_json(rows)
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"variants ({env.describe()})")
@@ -100,7 +103,7 @@ def variants(
     table.add_column("here")
     table.add_column("why not")
     for row in rows:
-        table.add_row(row["variant"], "[green]yes[/]" if row["buildable"] else "no", row["reason"] or "")
+        table.add_row(row["variant"], "[green]yes[/]" if row["buildable"] else "no", escape(row["reason"] or ""))
     _console().print(table)
 
 
@@ -118,6 +121,17 @@ def init(
 
 
 @app.command()
+def demo(
+    workdir: Optional[Path] = typer.Option(None, "--dir", help="Where to scaffold (default: a new temp folder)."),
+) -> None:
+    """Scaffold, build, load and call the embedded example kernel: a smoke test of kbuild."""
+    from kernel_builder.demo import run_demo
+
+    console = _console()
+    run_demo(workdir, say=console.print)
+
+
+@app.command()
 def version() -> None:
     """Print kbuild's version."""
     typer.echo(f"kbuild {__version__}")
@@ -129,7 +143,9 @@ def main() -> None:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except KbuildError as e:
-        _console(stderr=True).print(f"[red]kbuild: error:[/] {e.message}", soft_wrap=True)
+        from rich.markup import escape
+
+        _console(stderr=True).print(f"[red]kbuild: error:[/] {escape(e.message)}")
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _console(stderr=True).print("kbuild: interrupted")

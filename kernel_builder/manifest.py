@@ -243,7 +243,7 @@ def load_manifest(kernel_dir: Path | str) -> Manifest:
         raise ManifestError(f"{file}: invalid TOML: {e}") from None
     except UnicodeDecodeError:
         raise ManifestError(f"{file}: invalid TOML: the file is not UTF-8 text") from None
-    return _parse(path, file, data)
+    return _parse(path.resolve(), file, data)
 
 
 def _display(path: Path) -> str:

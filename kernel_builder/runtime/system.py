@@ -1,55 +1,165 @@
-"""This machine as the loader sees it: CPU, OS, torch and the backend torch was built for."""
+"""This machine as the loader sees it: CPU architecture, OS, torch version and ABI, backend.
+
+Detection mirrors the `kernels` runtime (0.17): the backend is what torch was built for
+(`torch.version.cuda`, `torch.version.hip`, MPS, `torch.version.xpu`), else CPU. torch is
+imported only when `detect_system()` is called, never at module import.
+"""
 
 from __future__ import annotations
 
 import platform
+import re
+import sys
+import sysconfig
 from dataclasses import dataclass
 
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import VariantError
+
+# Metal kernels are built with `-std=metal4.0`, which needs macOS 26 (as in `kernels` 0.17).
+METAL_MIN_MACOS = (26, 0)
 
 
 @dataclass(frozen=True)
 class System:
+    """What a build variant has to fit.
+
+    `torch` is (major, minor) or None when torch is not importable. `cxx11` is
+    `torch.compiled_with_cxx11_abi()` on Linux and None elsewhere. `backend` is one of
+    cpu, cuda, rocm, metal, xpu; `backend_version` is (major, minor) for cuda/rocm and
+    (year, minor) for xpu, None for cpu/metal. `macos` is the macOS version on darwin.
+    `abi3` is False on free-threaded Python before 3.15, which cannot load compiled
+    (arch or stable-ABI) kernels.
+    """
+
     arch: str
     os: str
     torch: tuple[int, int] | None
     cxx11: bool | None
-    backend: str  # cpu, cuda, rocm, metal, xpu
+    backend: str = "cpu"
     backend_version: tuple[int, int] | None = None
+    macos: tuple[int, int] | None = None
+    abi3: bool = True
+
+    @property
+    def platform(self) -> str:
+        return f"{self.arch}-{self.os}"
+
+    @property
+    def compute(self) -> str:
+        """The backend as a variant name spells it: cpu, metal, cu130, rocm71, xpu20260."""
+        if self.backend_version is None:
+            return self.backend
+        prefix = {"cuda": "cu", "rocm": "rocm", "xpu": "xpu"}.get(self.backend, self.backend)
+        return f"{prefix}{self.backend_version[0]}{self.backend_version[1]}"
+
+    @property
+    def variant_name(self) -> str | None:
+        """The exact-torch (arch) variant folder name for this machine, e.g.
+        `torch213-cxx11-cpu-x86_64-linux`; None without torch."""
+        if self.torch is None:
+            return None
+        abi = "" if self.cxx11 is None else ("-cxx11" if self.cxx11 else "-cxx98")
+        return f"torch{self.torch[0]}{self.torch[1]}{abi}-{self.compute}-{self.platform}"
 
     def describe(self) -> str:
-        torch = "no torch" if self.torch is None else f"torch {self.torch[0]}.{self.torch[1]}"
-        version = "" if self.backend_version is None else " {}.{}".format(*self.backend_version)
-        return f"{self.arch}-{self.os}, {torch}, {self.backend}{version}"
+        """One line, e.g. `x86_64-linux, torch 2.13 (cxx11 ABI), backend cpu`."""
+        if self.torch is None:
+            torch = "no torch"
+        else:
+            torch = f"torch {self.torch[0]}.{self.torch[1]}"
+            if self.cxx11 is not None:
+                torch += " (cxx11 ABI)" if self.cxx11 else " (pre-cxx11 ABI)"
+        backend = f"backend {self.backend}"
+        if self.backend_version is not None:
+            backend += f" {self.backend_version[0]}.{self.backend_version[1]}"
+        parts = [self.platform, torch, backend]
+        if self.os == "darwin" and self.macos is not None:
+            parts.append(f"macOS {self.macos[0]}.{self.macos[1]}")
+        if not self.abi3:
+            parts.append("free-threaded Python without abi3 support")
+        return ", ".join(parts)
 
 
-def _version(text: str) -> tuple[int, int]:
-    parts = text.split("-")[0].split(".")
-    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+# -- detection -------------------------------------------------------------------------
+def detect_arch() -> str:
+    machine = platform.machine()
+    return {"arm64": "aarch64", "AMD64": "x86_64", "amd64": "x86_64"}.get(machine, machine.lower())
+
+
+def detect_os() -> str:
+    return platform.system().lower()
+
+
+def _version_pair(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    m = re.match(r"^(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _torch_backend(torch) -> tuple[str, tuple[int, int] | None]:
+    """The backend torch was built for, as the `kernels` runtime decides it."""
+    cuda = getattr(torch.version, "cuda", None)
+    if cuda is not None:
+        return "cuda", _version_pair(cuda)
+    hip = getattr(torch.version, "hip", None)
+    if hip is not None:
+        return "rocm", _version_pair(hip.split("-")[0])
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "metal", None
+    xpu = getattr(torch.version, "xpu", None)
+    if xpu is not None:
+        # torch.version.xpu is e.g. "20250101"; `kernels` takes year = [0:4], minor = [5:6].
+        return "xpu", (int(xpu[0:4]), int(xpu[5:6]))
+    return "cpu", None
+
+
+def _macos_version() -> tuple[int, int] | None:
+    release = platform.mac_ver()[0]
+    if not release:
+        return None
+    parts = [int(p) for p in re.findall(r"\d+", release)[:2]]
+    return (parts[0], parts[1] if len(parts) > 1 else 0) if parts else None
+
+
+def _abi3_supported() -> bool:
+    return not (sys.version_info < (3, 15) and bool(sysconfig.get_config_var("Py_GIL_DISABLED")))
 
 
 def detect_system(backend: str | None = None) -> System:
-    """Detect the machine; `backend` may force "cpu" or torch's own backend."""
-    import torch
+    """Describe this machine. `backend` overrides the detected backend like the `kernels`
+    `backend=` argument: only "cpu" or the backend torch was built for are allowed."""
+    arch, os_ = detect_arch(), detect_os()
+    try:
+        import torch
+    except ImportError:
+        torch = None
 
-    arch = platform.machine().lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
-    os_ = platform.system().lower()
-    torch_version = _version(torch.__version__)
-    cxx11 = bool(torch.compiled_with_cxx11_abi()) if os_ == "linux" else None
-    native: tuple[str, tuple[int, int] | None]
-    if torch.version.cuda:
-        native = ("cuda", _version(torch.version.cuda))
-    elif getattr(torch.version, "hip", None):
-        native = ("rocm", _version(torch.version.hip))
-    elif torch.backends.mps.is_available():
-        native = ("metal", None)
-    elif getattr(torch.version, "xpu", None):
-        xpu = torch.version.xpu
-        native = ("xpu", (int(xpu[0:4]), int(xpu[5:6] or 0)))
+    if torch is None:
+        torch_version, cxx11, detected = None, None, ("cpu", None)
     else:
-        native = ("cpu", None)
-    if backend is not None and backend not in ("cpu", native[0]):
-        raise KbuildError(f"backend {backend!r} is not available here; choose 'cpu' or '{native[0]}'")
-    chosen = ("cpu", None) if backend == "cpu" else native
-    return System(arch, os_, torch_version, cxx11, chosen[0], chosen[1])
+        torch_version = _version_pair(torch.__version__)
+        cxx11 = bool(torch.compiled_with_cxx11_abi()) if os_ == "linux" else None
+        detected = _torch_backend(torch)
+
+    name, version = detected
+    if backend is not None and backend != name:
+        allowed = sorted({"cpu", name})
+        if backend != "cpu":
+            raise VariantError(
+                f"invalid backend '{backend}': this torch supports {', '.join(allowed)} "
+                f"(use one of {', '.join(repr(a) for a in allowed)}, or leave backend unset to detect it)"
+            )
+        name, version = "cpu", None
+
+    return System(
+        arch=arch,
+        os=os_,
+        torch=torch_version,
+        cxx11=cxx11,
+        backend=name,
+        backend_version=version,
+        macos=_macos_version() if os_ == "darwin" else None,
+        abi3=_abi3_supported(),
+    )
