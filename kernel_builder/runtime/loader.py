@@ -1,88 +1,221 @@
-"""`load_local`: find this machine's variant folder, verify its digests, import it as a
-package under its unique id (so relative imports work and two builds can coexist)."""
+"""`load_local`: find this machine's variant folder, check its metadata and digests, and
+import it as a package under its unique id, so relative imports work and two builds of one
+kernel can live in one process. Standard library only (torch is imported to detect the
+system)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from kernel_builder.errors import KbuildError
 from kernel_builder.runtime.digest import verify_digest
-from kernel_builder.runtime.select import select_variant
-from kernel_builder.runtime.system import detect_system
+from kernel_builder.runtime.select import Decision, check_variant, select_variant
+from kernel_builder.runtime.system import System, detect_system
+from kernel_builder.variants import try_parse
 
-REQUIRED_KEYS = ("id", "name", "version", "license", "python-depends", "backend", "digest", "provenance")
+# Every key the `kernels` runtime requires in metadata.json, with the JSON type it must have.
+REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "name": (str,),
+    "version": (int,),
+    "license": (str,),
+    "python-depends": (list,),
+    "backend": (dict,),
+    "digest": (dict,),
+    "provenance": (dict,),
+}
+_JSON_TYPE = {str: "a string", int: "an integer", list: "a list", dict: "a table"}
+_MAX_LISTED = 5
+
 _loaded: dict[Path, ModuleType] = {}
+_lock = threading.RLock()
 
 
 class KernelLoadError(KbuildError):
-    """No variant fits this machine, or the chosen one is incomplete."""
+    """No variant fits this machine, or the chosen variant cannot be imported as built."""
 
 
 class DigestMismatchError(KernelLoadError):
     """A variant folder's files do not match the digests in its metadata.json."""
 
+    def __init__(self, message: str, *, path: Path | None = None, violations: list[str] | None = None):
+        super().__init__(message)
+        self.path = path
+        self.violations = list(violations or [])
 
-def find_variant(path: Path | str, backend: str | None = None) -> Path:
-    """The variant folder to load from a repo root, a build/ folder or a variant folder."""
-    path = Path(path)
+
+# -- finding the variant folder ---------------------------------------------------------
+def _variant_dirs(base: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in base.iterdir() if entry.is_dir())
+    except OSError:
+        return []
+
+
+def _no_match_message(path: Path, system: System, trace: list[Decision]) -> str:
+    if not trace:
+        example = system.variant_name or "torch-cpu"
+        return (
+            f"No build variants found in {path} or {path / 'build'} (expected folders named like "
+            f"{example}, each holding metadata.json); build the kernel first (kbuild build)."
+        )
+    reasons = "; ".join(f"{d.name} was rejected: {d.reason}" for d in trace)
+    return (
+        f"No build variant in {path} can load on this machine ({system.describe()}). "
+        f"Variants found: {reasons}. Build a variant for this machine (kbuild build), "
+        "or pass backend='cpu' if the kernel has a CPU build."
+    )
+
+
+def _find(path: Path, system_for: Callable[[], System]) -> Path:
+    if not path.exists():
+        raise KernelLoadError(f"{path} does not exist; expected a kernel repo, its build/ folder or a variant folder")
+    if not path.is_dir():
+        raise KernelLoadError(f"{path} is not a folder; expected a kernel repo, its build/ folder or a variant folder")
+
     if (path / "metadata.json").is_file():
+        # A variant folder itself. When its name says what it was built for, hold it to
+        # the same rules as a selected one rather than failing later in the import.
+        variant = try_parse(path.name)
+        if variant is None:
+            return path
+        system = system_for()
+        decision = check_variant(variant, system)
+        if not decision.accepted:
+            raise KernelLoadError(
+                f"The variant folder {path} cannot load on this machine ({system.describe()}): "
+                f"{decision.reason}. Build or pick a variant for this machine."
+            )
         return path
-    system = detect_system(backend)
-    lines = []
+
+    system = system_for()
+    trace: list[Decision] = []
     for base in (path, path / "build"):
-        if not base.is_dir():
-            continue
-        names = [p.name for p in base.iterdir() if p.is_dir()]
-        best, trace = select_variant(names, system)
+        names = _variant_dirs(base)
+        best, decisions = select_variant(names, system)
         if best is not None:
             return base / best.name
-        lines += [f"{d.variant.name}: {d.reason}" for d in trace]
-    found = "; ".join(lines) if lines else "no variant folders found"
-    raise KernelLoadError(f"no build variant in {path} fits this machine ({system.describe()}): {found}")
+        trace += decisions
+    raise KernelLoadError(_no_match_message(path, system, trace))
 
 
-def read_metadata(folder: Path) -> dict:
-    file = folder / "metadata.json"
+def find_variant(path: Path | str, backend: str | None = None, *, system: System | None = None) -> Path:
+    """The variant folder `load_local` would load: `path` may be a kernel repo root (holding
+    build/<variant>/), a build/ folder, or a variant folder (holding metadata.json). Pass
+    `system` to select for another machine than this one."""
+    return _find(Path(path), lambda: system if system is not None else detect_system(backend))
+
+
+# -- metadata ------------------------------------------------------------------------
+def read_metadata(folder: Path | str) -> dict:
+    """Read and check `folder/metadata.json`: every required key present with the right type."""
+    file = Path(folder) / "metadata.json"
     try:
-        metadata = json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise KernelLoadError(f"{file}: cannot read metadata ({e})") from None
-    missing = [k for k in REQUIRED_KEYS if k not in metadata]
-    if missing:
-        raise KernelLoadError(f"{file}: missing required key {missing[0]!r}; rebuild the kernel")
+        text = file.read_text(encoding="utf-8")
+    except OSError as e:
+        raise KernelLoadError(f"cannot read {file}: {e.strerror or e}; rebuild the kernel") from None
+    try:
+        metadata = json.loads(text)
+    except ValueError as e:
+        raise KernelLoadError(f"{file} is not valid JSON ({e}); rebuild the kernel") from None
+    if not isinstance(metadata, dict):
+        raise KernelLoadError(f"{file} must hold a JSON object; rebuild the kernel")
+    for key, types in REQUIRED_KEYS.items():
+        if key not in metadata:
+            raise KernelLoadError(f"{file} lacks the required key '{key}'; rebuild the kernel with a current kbuild")
+        value = metadata[key]
+        if not isinstance(value, types) or (int in types and isinstance(value, bool)):
+            raise KernelLoadError(
+                f"{file}: '{key}' must be {_JSON_TYPE[types[0]]}, got {type(value).__name__}; rebuild the kernel"
+            )
+    module_id = metadata["id"]
+    if not module_id.isidentifier():
+        raise KernelLoadError(f"{file}: 'id' must be a Python identifier such as _relu_cpu_1a2b3c4, got {module_id!r}")
+    if not isinstance(metadata["backend"].get("type"), str):
+        raise KernelLoadError(f"{file}: 'backend' must have a string 'type' such as \"cpu\" or \"cuda\"")
     return metadata
 
 
-def load_local(path: Path | str, *, backend: str | None = None, verify: bool = True) -> ModuleType:
-    """Load the best variant of a local kernel build for this machine and return its module."""
-    folder = find_variant(path, backend).resolve()
-    if folder in _loaded:
-        return _loaded[folder]
-    metadata = read_metadata(folder)
-    if verify:
-        problems = verify_digest(folder, metadata)
-        if problems:
-            raise DigestMismatchError(
-                f"{folder}: files do not match metadata.json ({'; '.join(problems[:5])}); "
-                "the build folder was modified or corrupted: rebuild or download it again"
-            )
-    module_id = metadata["id"]
-    spec = importlib.util.spec_from_file_location(
-        module_id, folder / "__init__.py", submodule_search_locations=[str(folder)]
-    )
+# -- importing -----------------------------------------------------------------------
+def _package_init(folder: Path, metadata: dict) -> Path:
+    init = folder / "__init__.py"
+    if init.is_file():
+        return init
+    # As in `kernels`: a variant may keep its package one level down, named after the kernel.
+    nested = folder / metadata["name"].replace("-", "_") / "__init__.py"
+    if nested.is_file():
+        return nested
+    raise KernelLoadError(f"{folder} has no __init__.py to import; rebuild the kernel")
+
+
+def _same_file(a: str | None, b: Path) -> bool:
+    if not a:
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _import(module_id: str, init: Path, metadata: dict, folder: Path) -> ModuleType:
+    existing = sys.modules.get(module_id)
+    if existing is not None:
+        if _same_file(getattr(existing, "__file__", None), init):
+            return existing  # loaded already, e.g. by kernels.get_local_kernel
+        raise KernelLoadError(
+            f"Cannot load {folder}: a module named '{module_id}' is already imported from "
+            f"{getattr(existing, '__file__', None) or 'elsewhere'}. Kernel ids must be unique in a "
+            "process; rebuild one of the two so it gets its own id."
+        )
+    spec = importlib.util.spec_from_file_location(module_id, init, submodule_search_locations=[str(init.parent)])
     if spec is None or spec.loader is None:
-        raise KernelLoadError(f"{folder}: no __init__.py to import")
+        raise KernelLoadError(f"cannot import {init}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[module_id] = module
+    sys.modules[module_id] = module  # before exec, so `from ._ops import ops` resolves
     try:
         spec.loader.exec_module(module)
     except BaseException as e:
-        sys.modules.pop(module_id, None)
-        e.add_note(f"while importing kernel '{metadata['name']}' from {folder}")
+        for name in [n for n in sys.modules if n == module_id or n.startswith(module_id + ".")]:
+            del sys.modules[name]
+        e.add_note(f"while importing kernel '{metadata['name']}' (id {module_id}) from variant {folder}")
         raise
-    _loaded[folder] = module
     return module
+
+
+def load_local(path: Path | str, *, backend: str | None = None, verify: bool = True) -> ModuleType:
+    """Load the best variant of a local kernel build for this machine and return its module.
+
+    `path` is a kernel repo root (holding build/<variant>/), a build/ folder or a variant
+    folder. `backend` overrides the detected backend ("cpu" or torch's own backend). With
+    `verify`, the folder's files are checked against metadata.json's digests first and
+    nothing is imported when they differ. Loading one folder again returns the same module.
+    """
+    with _lock:
+        folder = _find(Path(path), lambda: detect_system(backend)).resolve()
+        cached = _loaded.get(folder)
+        if cached is not None:
+            return cached
+        metadata = read_metadata(folder)
+        if verify:
+            problems = verify_digest(folder, metadata)
+            if problems:
+                listed = "; ".join(problems[:_MAX_LISTED])
+                more = f" and {len(problems) - _MAX_LISTED} more" if len(problems) > _MAX_LISTED else ""
+                raise DigestMismatchError(
+                    f"The files in {folder} do not match the digests in its metadata.json: {listed}{more}. "
+                    "The build folder was modified or corrupted after it was built; rebuild it "
+                    "(kbuild build) or download it again. Nothing was imported.",
+                    path=folder,
+                    violations=problems,
+                )
+        init = _package_init(folder, metadata)
+        module = _import(metadata["id"], init, metadata, folder)
+        _loaded[folder] = module
+        return module

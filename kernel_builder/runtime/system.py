@@ -148,8 +148,8 @@ def detect_system(backend: str | None = None) -> System:
         allowed = sorted({"cpu", name})
         if backend != "cpu":
             raise VariantError(
-                f"invalid backend '{backend}': this torch supports {', '.join(allowed)} "
-                f"(use one of {', '.join(repr(a) for a in allowed)}, or leave backend unset to detect it)"
+                f"invalid backend '{backend}'; allowed here: {', '.join(allowed)} "
+                "(\"cpu\" or the backend torch was built for), or leave it unset to detect it"
             )
         name, version = "cpu", None
 

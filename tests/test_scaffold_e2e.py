@@ -1,0 +1,52 @@
+"""`kbuild init` + `kbuild build` + the generated tests, and `kbuild demo`, for real."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from conftest import kbuild
+from kernel_builder.errors import KbuildError
+from kernel_builder.scaffold import scaffold
+
+
+def test_init_all_backends_writes_every_source(tmp_path):
+    files = {p.relative_to(tmp_path / "k").as_posix() for p in scaffold(tmp_path / "k", "my-op", ["cpu", "cuda", "rocm", "metal", "xpu"])}
+    for rel in ("build.toml", ".gitignore", ".gitattributes", "README.md", "tests/test_my_op.py", "torch-ext/my_op/__init__.py",
+                "torch-ext/my_op/layers.py", "my_op_cpu/scale_add.cpp", "my_op_cuda/scale_add.cu", "my_op_metal/scale_add.metal",
+                "my_op_xpu/scale_add.cpp"):
+        assert rel in files, rel
+    toml = tomllib.loads((tmp_path / "k" / "build.toml").read_text())
+    assert set(toml["kernel"]) == {f"my_op_{b}" for b in ("cpu", "cuda", "rocm", "metal", "xpu")}
+    assert "*.so filter=lfs" in (tmp_path / "k" / ".gitattributes").read_text()
+
+
+@pytest.mark.parametrize("name,backends,words", [("Bad_Name", ["cpu"], "kebab-case"), ("ok", ["tpu"], "unknown backend 'tpu'")])
+def test_init_rejects_bad_input_and_writes_nothing(tmp_path, name, backends, words):
+    with pytest.raises(KbuildError, match=words):
+        scaffold(tmp_path / "k", name, backends)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_refuses_an_existing_folder(tmp_path):
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "x").write_text("")
+    result = kbuild("init", "k", cwd=tmp_path)
+    assert result.returncode == 1 and "already exists" in result.stderr
+
+
+def test_init_then_build_then_generated_tests_pass(tmp_path):
+    kbuild("init", "demo", "--backends", "cpu,cuda", cwd=tmp_path, check=True)
+    result = kbuild("build", "demo", cwd=tmp_path, check=True)
+    assert "built" in result.stderr and "skipped cuda" in result.stderr
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "demo/tests"],
+                           cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert tests.returncode == 0 and "12 passed" in tests.stdout, tests.stdout[-2000:]
+
+
+def test_demo_command(tmp_path):
+    result = kbuild("demo", "--dir", str(tmp_path), check=True)
+    assert "matches x + 0.5 * y" in result.stdout
