@@ -84,10 +84,10 @@ def verify_digest(path: Path | str, metadata: dict) -> list[str]:
 
     problems: list[str] = []
     for rel in sorted(expected.keys() - actual.keys()):
-        problems.append(f"missing file {rel} (listed in the digest, absent from the folder)")
+        problems.append(f"{rel}: missing file (listed in the digest, absent from the folder)")
     for rel in sorted(actual.keys() - expected.keys()):
-        problems.append(f"unknown file {rel} (in the folder, not listed in the digest)")
+        problems.append(f"{rel}: unknown file (in the folder, not listed in the digest)")
     for rel in sorted(expected.keys() & actual.keys()):
         if expected[rel] != actual[rel]:
-            problems.append(f"hash mismatch for {rel} (expected {algorithm} {expected[rel]}, got {actual[rel]})")
+            problems.append(f"{rel}: hash mismatch (expected {algorithm} {expected[rel]}, got {actual[rel]})")
     return problems

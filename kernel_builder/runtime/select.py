@@ -70,7 +70,7 @@ def _rejection(v: Variant, s: System) -> str | None:
 
     if v.kind is Kind.ARCH:
         if v.torch != s.torch:
-            return f"built for torch {v.torch_version}, the installed torch is {_pair(s.torch)}"
+            return f"torch {v.torch_version} does not match the installed torch {_pair(s.torch)}"
         if v.cxx11 is not None and v.cxx11 != s.cxx11:
             want = "cxx11" if v.cxx11 else "pre-cxx11 (cxx98)"
             have = {True: "the cxx11 ABI", False: "the pre-cxx11 ABI", None: "no C++ ABI tag"}[s.cxx11]
@@ -88,8 +88,8 @@ def _rejection(v: Variant, s: System) -> str | None:
             return "CUDA version unknown"
         if v.backend_version[0] != s.backend_version[0] or v.backend_version[1] > s.backend_version[1]:
             return (
-                f"built for CUDA {v.backend_version_str}, which CUDA {_pair(s.backend_version)} here "
-                "cannot load (the major must match and the minor be at most the system's)"
+                f"CUDA {v.backend_version_str} is not compatible with CUDA {_pair(s.backend_version)} here "
+                "(the major must match and the minor be at most the system's)"
             )
     elif v.backend != s.backend or v.backend_version != s.backend_version:
         return (

@@ -1,10 +1,12 @@
 // ReLU for CUDA and ROCm. hipcc compiles this same file for the rocm unit;
 // gpu_compat.h (next to this file) maps the runtime/stream names.
+#include <ATen/OpMathType.h>
 #include <torch/all.h>
 
 #include <cstdint>
 
 #include "gpu_compat.h"
+#include "torch-ext/torch_binding.h"
 
 namespace {
 
@@ -13,23 +15,14 @@ constexpr int kThreads = 256;
 template <typename scalar_t>
 __global__ void relu_kernel(scalar_t *__restrict__ out,
                             const scalar_t *__restrict__ in, int64_t n) {
+  // Half and bfloat16 are compared in float, float and double as themselves.
+  using acc_t = at::opmath_type<scalar_t>;
   const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
-    const float v = static_cast<float>(in[i]);
+    const acc_t v = static_cast<acc_t>(in[i]);
     // `v < 0` is false for NaN, so NaN propagates as in torch.relu.
-    out[i] = static_cast<scalar_t>(v < 0.0f ? 0.0f : v);
-  }
-}
-
-template <>
-__global__ void relu_kernel<double>(double *__restrict__ out,
-                                    const double *__restrict__ in, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += stride) {
-    const double v = in[i];
-    out[i] = v < 0.0 ? 0.0 : v;
+    out[i] = static_cast<scalar_t>(v < acc_t(0) ? acc_t(0) : v);
   }
 }
 

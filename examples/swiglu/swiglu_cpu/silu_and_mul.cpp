@@ -17,6 +17,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <c10/util/bit_cast.h>
 
 #include <algorithm>
 #include <cctype>
@@ -67,8 +68,53 @@ using fVec = at::vec::Vectorized<float>;
 // Same value as ATen's at::internal::GRAIN_SIZE.
 constexpr int64_t kGrainElements = 32768;
 
+// exp(x) for x <= 0, in plain float arithmetic without libm calls or
+// branches, so that the fixed-length lane loop in silu_mul below
+// auto-vectorizes for the baseline ISA (the portable Vectorized<float>::exp()
+// is a scalar std::exp per lane). Same scheme as the AVX-512 unit:
+// x = n*ln2 + r, |r| <= ln2/2, degree-7 polynomial for exp(r), then 2^n.
+inline float exp_nonpositive(float x) {
+  x = x > -104.0f ? x : -104.0f;  // exp(-104) rounds to 0; also catches NaN
+  const float t = x * 1.44269504088896341f;
+  const float n = (t - 12582912.0f) + 12582912.0f;  // round to nearest, |t| < 2^22
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440054690583e-4f;
+  float p = 1.98412698412698413e-4f;
+  p = p * r + 1.38888888888888889e-3f;
+  p = p * r + 8.33333333333333333e-3f;
+  p = p * r + 4.16666666666666667e-2f;
+  p = p * r + 1.66666666666666667e-1f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // 2^n with n in [-150, 0]; below the normal range scale in two steps.
+  int32_t k = static_cast<int32_t>(n);
+  const bool tiny = k < -126;
+  p = tiny ? p * 5.42101086242752217e-20f : p;  // 2^-64
+  k = tiny ? k + 64 : k;
+  return p * c10::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23);
+}
+
+// silu(g) * u with sigmoid from e = exp(-|g|), as in the AVX-512 unit: the
+// denominator 1 + e stays in [1, 2], so nothing overflows for large |g|.
+inline float silu_mul_scalar(float g, float u) {
+  const float e = exp_nonpositive(g < 0.0f ? g : -g);
+  const float inv = 1.0f / (1.0f + e);
+  const float sigmoid = g < 0.0f ? e * inv : inv;
+  return g * sigmoid * u;
+}
+
 inline fVec silu_mul(const fVec& g, const fVec& u) {
-  return g / (fVec(1.0f) + g.neg().exp()) * u;
+  constexpr int W = fVec::size();
+  alignas(64) float gs[W];
+  alignas(64) float us[W];
+  alignas(64) float os[W];
+  g.store(gs);
+  u.store(us);
+  for (int k = 0; k < W; ++k) {
+    os[k] = silu_mul_scalar(gs[k], us[k]);
+  }
+  return fVec::loadu(os);
 }
 
 template <typename scalar_t>
