@@ -68,13 +68,23 @@ using fVec = at::vec::Vectorized<float>;
 // Same value as ATen's at::internal::GRAIN_SIZE.
 constexpr int64_t kGrainElements = 32768;
 
-// exp(x) for x <= 0, in plain float arithmetic without libm calls or
-// branches, so that the fixed-length lane loop in silu_mul below
-// auto-vectorizes for the baseline ISA (the portable Vectorized<float>::exp()
-// is a scalar std::exp per lane). Same scheme as the AVX-512 unit:
-// x = n*ln2 + r, |r| <= ln2/2, degree-7 polynomial for exp(r), then 2^n.
+// exp(x) for x <= 0, in plain float arithmetic without libm calls, so that
+// the fixed-length lane loop in silu_mul below auto-vectorizes for the
+// baseline ISA (the portable Vectorized<float>::exp() is a scalar std::exp
+// per lane). Same scheme as the AVX-512 unit: x = n*ln2 + r, |r| <= ln2/2,
+// degree-7 polynomial for exp(r), then 2^n.
+//
+// Selections are done on integers or between constants, and every floating
+// point operation is unconditional: under the default -ftrapping-math GCC
+// does not if-convert a conditional floating point operation, and the loop
+// would stay scalar.
 inline float exp_nonpositive(float x) {
-  x = x > -104.0f ? x : -104.0f;  // exp(-104) rounds to 0; also catches NaN
+  // Clamp to [-104, 0] (exp(-104) rounds to 0). For floats with the sign bit
+  // set, a larger magnitude is a larger bit pattern; NaN (sign bit set here)
+  // is above all of them and becomes -104 as well.
+  const uint32_t bits = c10::bit_cast<uint32_t>(x);
+  const uint32_t lo = c10::bit_cast<uint32_t>(-104.0f);
+  x = c10::bit_cast<float>(bits < lo ? bits : lo);
   const float t = x * 1.44269504088896341f;
   const float n = (t - 12582912.0f) + 12582912.0f;  // round to nearest, |t| < 2^22
   float r = x - n * 0.693359375f;
@@ -87,21 +97,29 @@ inline float exp_nonpositive(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  // 2^n with n in [-150, 0]; below the normal range scale in two steps.
-  int32_t k = static_cast<int32_t>(n);
-  const bool tiny = k < -126;
-  p = tiny ? p * 5.42101086242752217e-20f : p;  // 2^-64
-  k = tiny ? k + 64 : k;
-  return p * c10::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23);
+  // 2^n with n in [-150, 0] as 2^(n - n/2) * 2^(n/2): both factors are
+  // normal floats, and only the last product can round (into a subnormal).
+  const int32_t k = static_cast<int32_t>(n);
+  const int32_t k1 = k >> 1;
+  const int32_t k2 = k - k1;
+  const float s1 = c10::bit_cast<float>(static_cast<uint32_t>(k1 + 127) << 23);
+  const float s2 = c10::bit_cast<float>(static_cast<uint32_t>(k2 + 127) << 23);
+  return p * s1 * s2;
 }
 
 // silu(g) * u with sigmoid from e = exp(-|g|), as in the AVX-512 unit: the
 // denominator 1 + e stays in [1, 2], so nothing overflows for large |g|.
+//   sigmoid(g) = 1 / (1 + e) for g >= 0,  e / (1 + e) for g < 0.
 inline float silu_mul_scalar(float g, float u) {
-  const float e = exp_nonpositive(g < 0.0f ? g : -g);
+  const uint32_t g_bits = c10::bit_cast<uint32_t>(g);
+  const float e = exp_nonpositive(c10::bit_cast<float>(g_bits | 0x80000000u));
   const float inv = 1.0f / (1.0f + e);
-  const float sigmoid = g < 0.0f ? e * inv : inv;
-  return g * sigmoid * u;
+  // factor = g < 0 ? e : 1, as a bit mask select (see exp_nonpositive).
+  const uint32_t negative = static_cast<uint32_t>(static_cast<int32_t>(g_bits) >> 31);
+  const float factor = c10::bit_cast<float>(
+      (negative & c10::bit_cast<uint32_t>(e)) |
+      (~negative & c10::bit_cast<uint32_t>(1.0f)));
+  return g * (inv * factor) * u;
 }
 
 inline fVec silu_mul(const fVec& g, const fVec& u) {

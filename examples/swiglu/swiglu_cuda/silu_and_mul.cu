@@ -36,8 +36,13 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
+// silu(g) * u with sigmoid from e = exp(-|g|) (as in the CPU kernels): the
+// denominator stays in [1, 2], so no intermediate overflows for large |g|.
 __device__ __forceinline__ float silu_mul(float g, float u) {
-  return g / (1.0f + expf(-g)) * u;
+  const float e = expf(-fabsf(g));
+  const float inv = 1.0f / (1.0f + e);
+  const float sigmoid = g < 0.0f ? e * inv : inv;
+  return g * sigmoid * u;
 }
 
 template <typename scalar_t, int VEC>
