@@ -2,10 +2,10 @@
 // AVX-512 unit (swiglu_cpu_avx512/).
 //
 // This file is compiled with the baseline flags only, so at::vec::Vectorized
-// here is the portable implementation (auto-vectorized by the compiler for the
-// baseline ISA). Rows are split across threads with at::parallel_for, which is
-// OpenMP-backed in the standard torch builds and respects
-// torch.set_num_threads().
+// here is the portable (array-based) implementation; the arithmetic below is
+// written so that the compiler vectorizes it for the baseline ISA. Rows are
+// split across threads with at::parallel_for, which is OpenMP-backed in the
+// standard torch builds and respects torch.set_num_threads().
 
 #include "swiglu_cpu/silu_and_mul.h"
 

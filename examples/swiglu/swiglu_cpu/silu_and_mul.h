@@ -12,8 +12,8 @@ namespace cpu {
 void silu_and_mul(at::Tensor& out, const at::Tensor& input);
 
 // True when silu_and_mul uses the AVX-512 unit: the CPU supports
-// AVX512F/BW/VL and FMA, and SWIGLU_DISABLE_AVX512 is unset (or "0").
-// Decided once per process, on first use.
+// AVX512F/BW/VL and FMA, and SWIGLU_DISABLE_AVX512 is unset, empty, "0",
+// "false", "off" or "no". Decided once per process, on first use.
 bool avx512_enabled();
 
 }  // namespace cpu
