@@ -88,7 +88,8 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
         "id": job.ops_name,
         "name": general.name,
         "version": general.version,
-        "license": general.license,
+        # The kernels runtime requires a string; SPDX spells "not stated" NOASSERTION.
+        "license": general.license or "NOASSERTION",
         "python-depends": python_depends,
         "backend": backend,
         "digest": {"algorithm": "sha256", "files": files},

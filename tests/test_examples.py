@@ -105,5 +105,10 @@ def test_public_kernel_builder_repo_builds_unchanged(tmp_path):
     assert rows["cpu"]["status"] == "built"
     for backend in ("cuda", "metal", "rocm", "xpu"):
         assert rows[backend]["status"] == "skipped" and rows[backend]["detail"], backend
+    import kernels
+
+    relu = kernels.get_local_kernel(root, backend="cpu")
+    x = torch.randn(64)
+    torch.testing.assert_close(relu.relu(x), torch.relu(x))
     test_run = run_example_tests(root)
     assert test_run.returncode == 0, test_run.stdout[-3000:] + test_run.stderr[-2000:]

@@ -25,7 +25,7 @@ REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
     "id": (str,),
     "name": (str,),
     "version": (int,),
-    "license": (str, type(None)),  # the kernels runtime accepts a missing license
+    "license": (str,),
     "python-depends": (list,),
     "backend": (dict,),
     "digest": (dict,),
