@@ -1,10 +1,16 @@
 """`kbuild init`: render templates/init into a new kernel repo.
 
-templates/init/common/ is always written, templates/init/<backend>/ for each chosen
-backend (ROCm shares the CUDA source through its portability header). In paths,
-`__python_name__` becomes the package name and `dot-` a leading dot; `.j2` files are
-rendered with jinja2, the rest copied. Everything is written to a temporary folder
-first and renamed into place."""
+templates/init/common/ is always written, templates/init/<folder>/ for each folder a
+chosen backend needs (ROCm shares the CUDA source through its portability header, so
+`rocm` alone still writes the `.cu`). In template paths `__python_name__` becomes the
+package name and a leading `dot-` a leading dot; `.j2` files are rendered with jinja2
+(StrictUndefined) and lose the suffix, the rest are copied byte for byte.
+
+Template variables: `name` (kebab-case), `python_name` (underscores), `backends` (the
+chosen ones, in BACKENDS order) and `kbuild_version`.
+
+Everything is written to a hidden temporary folder beside `dest` and renamed into
+place, so a failure leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -20,9 +26,17 @@ from kernel_builder.manifest import KEBAB_CASE
 from kernel_builder.resources import templates_dir
 from kernel_builder.variants import BACKENDS
 
-# Which template folders each backend needs.
-BACKEND_FOLDERS = {"cpu": ("cpu",), "cuda": ("cuda",), "rocm": ("cuda",), "metal": ("metal",), "xpu": ("xpu",)}
-EXAMPLE_OP = "scale_add"  # the op every scaffold implements: out = x + alpha * y
+__all__ = ["BACKENDS", "BACKEND_FOLDERS", "EXAMPLE_OP", "scaffold", "templates_dir"]
+
+# The template folders (under templates/init/) each backend needs.
+BACKEND_FOLDERS = {
+    "cpu": ("cpu",),
+    "cuda": ("cuda",),
+    "rocm": ("cuda",),  # hipcc compiles <python_name>_cuda/scale_add.cu
+    "metal": ("metal",),
+    "xpu": ("xpu",),
+}
+EXAMPLE_OP = "scale_add"  # every scaffold implements scale_add(Tensor! out, Tensor x, Tensor y, float alpha)
 
 
 def _target_name(rel: Path, python_name: str) -> Path:
@@ -36,31 +50,64 @@ def _target_name(rel: Path, python_name: str) -> Path:
     return path.with_suffix("") if path.suffix == ".j2" else path
 
 
+def _check_backends(backends: Sequence[str]) -> list[str]:
+    valid = ", ".join(BACKENDS)
+    if isinstance(backends, str):  # "cpu,cuda" passed straight through
+        backends = [b.strip() for b in backends.split(",") if b.strip()]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if len(unknown) == 1:
+        raise KbuildError(f"--backends: unknown backend {unknown[0]!r}; choose from {valid}", 2)
+    if unknown:
+        raise KbuildError(f"--backends: unknown backends {', '.join(map(repr, unknown))}; choose from {valid}", 2)
+    if not backends:
+        raise KbuildError(f"--backends: choose at least one of {valid}", 2)
+    return [b for b in BACKENDS if b in backends]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
-    """Create the kernel repo `dest` for kernel `name`; return the files written."""
+    """Create the kernel repo `dest` for kernel `name` with `backends`; return the files written.
+
+    Raises KbuildError (nothing written) for a name that is not kebab-case, an unknown or
+    empty backend list, or a `dest` that exists and is not an empty folder."""
     import jinja2
 
-    if not KEBAB_CASE.match(name):
-        raise KbuildError(f"kernel name {name!r} is not kebab-case; use lowercase letters, digits and '-', e.g. my-kernel", 2)
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown or not backends:
-        raise KbuildError(f"--backends: unknown backend {unknown[0]!r}; choose from {', '.join(BACKENDS)}" if unknown else f"--backends: choose at least one of {', '.join(BACKENDS)}", 2)
+    if not isinstance(name, str) or not KEBAB_CASE.match(name):
+        raise KbuildError(
+            f"kernel name {name!r} is not kebab-case; use lowercase letters, digits and single '-', e.g. my-kernel", 2
+        )
+    chosen = _check_backends(backends)
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise KbuildError(f"{dest} already exists; choose another name or remove it")
-    chosen = [b for b in BACKENDS if b in backends]
+
+    python_name = name.replace("-", "_")
     folders = ["common"] + sorted({f for b in chosen for f in BACKEND_FOLDERS[b]})
-    values = {"name": name, "python_name": name.replace("-", "_"), "backends": chosen, "kbuild_version": __version__}
+    values = {"name": name, "python_name": python_name, "backends": chosen, "kbuild_version": __version__}
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+    # Parents we create are removed again if anything fails.
+    created_parents = [p for p in reversed(dest.absolute().parents) if not p.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
-    written = []
+    written: list[Path] = []
     try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; the repo should not be
         for folder in folders:
             base = templates_dir("init", folder)
-            for source in sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-                rel = _target_name(source.relative_to(base), values["python_name"])
+            if not base.is_dir():
+                raise KbuildError(f"kbuild's templates/init/{folder} folder is missing; reinstall kbuild")
+            sources = sorted(p for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            for source in sources:
+                rel = _target_name(source.relative_to(base), python_name)
                 target = staging / rel
+                if target.exists():
+                    raise KbuildError(f"templates/init: {rel} is provided by two template folders")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if source.suffix == ".j2":
                     target.write_text(env.from_string(source.read_text()).render(**values))
@@ -68,9 +115,14 @@ def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
                     shutil.copyfile(source, target)
                 written.append(dest / rel)
         if dest.exists():
-            dest.rmdir()
+            dest.rmdir()  # an empty folder we are allowed to fill
         os.rename(staging, dest)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        for parent in reversed(created_parents):
+            try:
+                parent.rmdir()
+            except OSError:
+                break
         raise
     return written
