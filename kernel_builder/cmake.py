@@ -35,8 +35,11 @@ class CompileSpec:
     languages: tuple[str, ...]
     groups: tuple[SourceGroup, ...]
     definitions: tuple[str, ...] = ()
-    options: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()  # every language
+    # (language, options): e.g. ("CXX", ("-fopenmp",)), ("CUDA", ("--expt-relaxed-constexpr",))
+    language_options: tuple[tuple[str, tuple[str, ...]], ...] = ()
     includes: tuple[str, ...] = ()
+    system_includes: tuple[str, ...] = ()  # searched after `includes` and the compilers' own
     link_dirs: tuple[str, ...] = ()
     link_libraries: tuple[str, ...] = ()
     link_options: tuple[str, ...] = ()
@@ -52,6 +55,13 @@ def cmake_quote(value: str) -> str:
     return '"' + re.sub(r'([\\"$])', r"\\\1", str(value)) + '"'
 
 
+def language_option(language: str, option: str) -> str:
+    """`option` for sources of one language only: a generator expression, with the
+    characters that generator expressions treat specially spelled out."""
+    escaped = option.replace(">", "$<ANGLE-R>").replace(",", "$<COMMA>").replace(";", "$<SEMICOLON>")
+    return f"$<$<COMPILE_LANGUAGE:{language}>:{escaped}>"
+
+
 def render_project(spec: CompileSpec, work_dir: Path) -> Path:
     """Write CMakeLists.txt and registration.h into work_dir; rewrite only on change."""
     import jinja2
@@ -62,6 +72,7 @@ def render_project(spec: CompileSpec, work_dir: Path) -> Path:
         keep_trailing_newline=True,
     )
     env.filters["q"] = cmake_quote
+    env.globals["language_option"] = language_option
     text = env.get_template("CMakeLists.txt.j2").render(spec=spec)
     generated = work_dir / "generated"
     generated.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from kernel_builder import __version__
+from kernel_builder.backends import get_backend
 from kernel_builder.plan import BuildJob
 from kernel_builder.provenance import kbuild_git_state
 from kernel_builder.resources import templates_dir
@@ -76,7 +77,7 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
         python_depends += general.cuda.python_depends
     if job.backend == "xpu":
         python_depends += general.xpu_python_depends
-    backend: dict = {"type": job.backend}
+    backend: dict = {"type": job.backend, **get_backend(job.backend).metadata(job)}
     kbuild = kbuild_git_state()
     builder: dict = {"version": __version__}
     if kbuild is not None:

@@ -39,6 +39,8 @@ class Backend(Protocol):
 
     def toolchain_ids(self) -> tuple[str, ...]: ...
 
+    def metadata(self, job: "BuildJob") -> dict: ...  # extra keys of metadata.json's `backend`
+
     def compile_spec(self, job: "BuildJob") -> "CompileSpec": ...
 
 

@@ -13,6 +13,15 @@ from kernel_builder.manifest import KernelUnit, Manifest
 PY_LIMITED_API = "0x03090000"
 
 
+# torch's headers need C++20 from 2.10 on (its extension builder passes -std=c++20);
+# older releases build with C++17.
+CXX20_SINCE = (2, 10)
+
+
+def cxx_standard(env: BuildEnv) -> str:
+    return "20" if env.torch >= CXX20_SINCE else "17"
+
+
 def host_platform() -> tuple[str, str]:
     """(arch, os) in variant spelling: x86_64/aarch64, linux/darwin."""
     arch = platform.machine().lower()

@@ -11,6 +11,7 @@ import shutil
 from kernel_builder.backends import Unavailable, tool_version
 from kernel_builder.backends.common import (
     binding_group,
+    cxx_standard,
     host_platform,
     torch_definitions,
     torch_includes,
@@ -41,6 +42,9 @@ class CpuBackend:
             return stable_abi_variant(parse_version(abi), self.name, None, arch, os_)
         return arch_variant(env.torch, self.name, None, arch, os_)
 
+    def metadata(self, job) -> dict:
+        return {}
+
     def toolchain_ids(self) -> tuple[str, ...]:
         compiler = cxx_compiler()
         return (tool_version(compiler) or f"{compiler}: unknown",) if compiler else ()
@@ -65,5 +69,5 @@ class CpuBackend:
             link_dirs=(env.library_dir,),
             link_libraries=("c10", "torch", "torch_cpu"),
             link_options=("-fopenmp",),
-            cache={"CMAKE_CXX_COMPILER": compiler, "CMAKE_CXX_STANDARD": "17"} if compiler else {},
+            cache={"CMAKE_CXX_STANDARD": cxx_standard(env), **({"CMAKE_CXX_COMPILER": compiler} if compiler else {})},
         )

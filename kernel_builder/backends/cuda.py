@@ -1,21 +1,179 @@
 """CUDA: nvcc against a CUDA build of torch.
 
-This release finds the toolchain and says why it cannot build here; compiling with nvcc
-(`-gencode` per capability) arrives with per-variant build environments."""
+The architectures are the unit's `cuda-capabilities` (or the defaults of its CUDA
+version, FORMATS.md) intersected with what the installed nvcc can compile
+(`nvcc --list-gpu-arch`); each becomes a `-gencode` for SASS, and `X.Y+PTX` adds PTX.
+The variant is named after the CUDA version torch was built with; nvcc must have the
+same major version, as torch's own extension builder requires."""
 
 from __future__ import annotations
 
+import functools
+import os
+import re
 import shutil
+import subprocess
+from pathlib import Path
 
 from kernel_builder.backends import Unavailable, tool_version
+from kernel_builder.backends.common import (
+    binding_group,
+    cxx_standard,
+    host_platform,
+    torch_definitions,
+    torch_includes,
+    unit_group,
+)
+from kernel_builder.backends.cpu import CXX_SUFFIXES, cxx_compiler
+from kernel_builder.cmake import CompileSpec
 from kernel_builder.envs import BuildEnv
-from kernel_builder.manifest import Manifest
-from kernel_builder.variants import Variant
+from kernel_builder.errors import BuildError
+from kernel_builder.manifest import KernelUnit, Manifest
+from kernel_builder.variants import Variant, arch_variant, default_matrix, parse_version
+
+CUDA_SUFFIXES = (".cu",)
+
+# Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
+# GPUs newer than the build still run the kernel through the driver's JIT.
+_DEFAULT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
+    ((13, 0), ("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")),
+    ((12, 8), ("7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0")),
+    ((0, 0), ("7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0")),
+)
+
+# What torch's own extension builder passes to nvcc; kernels written for it rely on
+# these (half/bfloat16 operators come from c10, not from cuda_fp16.h).
+NVCC_FLAGS = (
+    "-O3",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+)
+
+
+def nvcc_path() -> str | None:
+    """nvcc from $CUDA_HOME / $CUDA_PATH, else PATH."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+@functools.cache
+def nvcc_version(nvcc: str) -> tuple[int, int] | None:
+    """(major, minor) from `nvcc --version` ("... release 13.0, V13.0.88")."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@functools.cache
+def nvcc_architectures(nvcc: str) -> frozenset[str]:
+    """The virtual architectures nvcc compiles for, as capabilities: {"7.5", "8.0", ...}."""
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(_capability(m) for m in re.findall(r"compute_(\d+)", out))
+
+
+def _capability(digits: str) -> str:
+    """"80" -> "8.0", "121" -> "12.1"."""
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def _digits(capability: str) -> str:
+    """"9.0a" -> "90a"."""
+    major, minor = capability.split(".")
+    return f"{major}{minor}"
+
+
+def default_capabilities(cuda: tuple[int, int]) -> tuple[str, ...]:
+    for since, caps in _DEFAULT_CAPABILITIES:
+        if cuda >= since:
+            return caps[:-1] + (caps[-1] + "+PTX",)
+    raise AssertionError("the table ends with a catch-all")
+
+
+def _base(capability: str) -> str:
+    """"9.0a+PTX" -> "9.0": what `--list-gpu-arch` lists."""
+    return re.sub(r"[a-z]$", "", capability.removesuffix("+PTX"))
+
+
+def effective_capabilities(unit: KernelUnit, cuda: tuple[int, int], supported: frozenset[str]) -> tuple[str, ...]:
+    """The unit's capabilities (or the defaults) that this nvcc can compile, in order."""
+    wanted = unit.cuda_capabilities or default_capabilities(cuda)
+    kept = tuple(c for c in wanted if _base(c) in supported)
+    if not kept:
+        have = ", ".join(sorted(supported, key=parse_version)) or "none"
+        raise BuildError(
+            f"[kernel.{unit.name}] cuda-capabilities {', '.join(wanted)}: nvcc {cuda[0]}.{cuda[1]} supports "
+            f"none of them (it compiles for {have}); list capabilities this CUDA supports"
+        )
+    return kept
+
+
+def gencode_flags(capabilities: tuple[str, ...]) -> tuple[str, ...]:
+    """`-gencode` per capability: SASS for each, plus PTX for those marked +PTX."""
+    flags = []
+    for cap in capabilities:
+        digits = _digits(cap.removesuffix("+PTX"))
+        flags.append(f"-gencode=arch=compute_{digits},code=sm_{digits}")
+        if cap.endswith("+PTX"):
+            flags.append(f"-gencode=arch=compute_{digits},code=compute_{digits}")
+    return tuple(flags)
+
+
+def units_for_version(manifest: Manifest, cuda: tuple[int, int]) -> tuple[KernelUnit, ...]:
+    """The cuda units this CUDA version builds: `cuda-minver` excludes units from older ones."""
+    return tuple(
+        u for u in manifest.units_for("cuda") if u.cuda_minver is None or cuda >= parse_version(u.cuda_minver)
+    )
+
+
+def cuda_bounds_reason(manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
+    general = manifest.general.cuda if manifest else None
+    if general is None:
+        return None
+    text = f"{cuda[0]}.{cuda[1]}"
+    if general.minver and cuda < parse_version(general.minver):
+        return f"[general.cuda] minver {general.minver} excludes CUDA {text}"
+    if general.maxver and cuda > parse_version(general.maxver):
+        return f"[general.cuda] maxver {general.maxver} excludes CUDA {text}"
+    return None
+
+
+def wheel_include_dirs(env: BuildEnv) -> tuple[str, ...]:
+    """Headers of the CUDA libraries torch ships as wheels (cuBLAS, cuSPARSE, ...), which
+    a plain toolkit install may lack but ATen/cuda/CUDAContext.h needs (MACHINE.md)."""
+    nvidia = Path(env.torch_dir).parent / "nvidia"
+    return tuple(str(p) for p in sorted(nvidia.glob("*/include")) if p.is_dir())
 
 
 class CudaBackend:
     name = "cuda"
     macro = "CUDA_KERNEL"
+
+    def _toolchain_reason(self, manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
+        nvcc = nvcc_path()
+        if nvcc is None:
+            return "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)"
+        have = nvcc_version(nvcc)
+        if have is None:
+            return f"{nvcc} --version did not report a CUDA release"
+        if have[0] != cuda[0]:
+            return (
+                f"nvcc is CUDA {have[0]}.{have[1]} but the variant needs CUDA {cuda[0]}.{cuda[1]}; "
+                "nvcc and torch must share the CUDA major version"
+            )
+        return cuda_bounds_reason(manifest, cuda)
 
     def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
         if not env.cuda:
@@ -24,13 +182,100 @@ class CudaBackend:
                 f"the build environment's torch {env.torch_version} is not a CUDA build; "
                 "CUDA variants need a CUDA torch (e.g. torch==2.14.1)",
             )
-        if shutil.which("nvcc") is None:
-            return Unavailable(self.name, "nvcc not found on PATH (install the CUDA toolkit)")
-        return Unavailable(self.name, "CUDA compilation is not in this kbuild release yet")
+        cuda = parse_version(env.cuda)
+        reason = self._toolchain_reason(manifest, cuda)
+        if reason:
+            return Unavailable(self.name, reason)
+        arch, os_ = host_platform()
+        return arch_variant(env.torch, self.name, cuda, arch, os_)
+
+    def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
+        """Why this machine cannot build `variant` given a matching environment, or None."""
+        assert variant.backend_version is not None
+        return self._toolchain_reason(manifest, variant.backend_version)
+
+    def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
+        """The CUDA variant to build here when the build environment is not a CUDA torch:
+        nvcc's CUDA version, with the newest torch of the default matrix that ships it."""
+        nvcc = nvcc_path()
+        have = nvcc_version(nvcc) if nvcc else None
+        if have is None:
+            return Unavailable(self.name, "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)")
+        reason = cuda_bounds_reason(manifest, have)
+        if reason:
+            return Unavailable(self.name, reason)
+        arch, os_ = host_platform()
+        candidates = [
+            v for v in default_matrix().for_backend(self.name)
+            if v.backend_version == have and v.platform == f"{arch}-{os_}" and _torch_admits(manifest, v.torch)
+        ]
+        if not candidates:
+            return Unavailable(
+                self.name,
+                f"no torch release in the default matrix ships CUDA {have[0]}.{have[1]} for {arch}-{os_}",
+            )
+        return max(candidates, key=lambda v: v.torch)
 
     def toolchain_ids(self) -> tuple[str, ...]:
-        version = tool_version("nvcc")
-        return (version,) if version else ()
+        nvcc = nvcc_path()
+        cxx = cxx_compiler()
+        ids = [tool_version(nvcc) if nvcc else None, tool_version(cxx) if cxx else None]
+        return tuple(i for i in ids if i)
 
-    def compile_spec(self, job):
-        raise NotImplementedError("CUDA compile specs arrive with the CUDA backend")
+    def metadata(self, job) -> dict:
+        return {"archs": list(self.capabilities(job))}
+
+    def capabilities(self, job) -> tuple[str, ...]:
+        """Every capability the variant embeds, across units (metadata's backend.archs)."""
+        cuda = job.variant.backend_version
+        supported = nvcc_architectures(nvcc_path())
+        caps = {c.removesuffix("+PTX") for u in units_for_version(job.manifest, cuda)
+                for c in effective_capabilities(u, cuda, supported)}
+        return tuple(sorted(caps, key=lambda c: (parse_version(c), c)))
+
+    def compile_spec(self, job) -> CompileSpec:
+        manifest, env = job.manifest, job.env
+        nvcc = nvcc_path()
+        if nvcc is None:
+            raise BuildError("nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)")
+        cuda = job.variant.backend_version
+        supported = nvcc_architectures(nvcc)
+        groups = [binding_group(manifest, CXX_SUFFIXES)]
+        for unit in units_for_version(manifest, cuda):
+            device_flags = gencode_flags(effective_capabilities(unit, cuda, supported)) + unit.cuda_flags
+            groups.append(unit_group(manifest, unit, CUDA_SUFFIXES, device_flags))
+            groups.append(unit_group(manifest, unit, CXX_SUFFIXES, unit.cxx_flags))
+        compiler = cxx_compiler()
+        cache = {
+            "CMAKE_CUDA_COMPILER": nvcc,
+            # Architectures come from -gencode per unit, never from CMake's default.
+            "CMAKE_CUDA_ARCHITECTURES": "OFF",
+            "CMAKE_CUDA_STANDARD": cxx_standard(env),
+            "CMAKE_CXX_STANDARD": cxx_standard(env),
+            # libcudart.so.N, the one torch has already loaded, not a second static copy.
+            "CMAKE_CUDA_RUNTIME_LIBRARY": "Shared",
+        }
+        if compiler:
+            cache.update(CMAKE_CXX_COMPILER=compiler, CMAKE_CUDA_HOST_COMPILER=compiler)
+        return CompileSpec(
+            target=job.ops_name,
+            suffix=".abi3.so",
+            languages=("CXX", "CUDA"),
+            groups=tuple(g for g in groups if g is not None),
+            definitions=torch_definitions(job.ops_name, self.macro, env),
+            language_options=(("CXX", ("-O3",)), ("CUDA", NVCC_FLAGS)),
+            includes=torch_includes(manifest, env, job.work_dir),
+            system_includes=wheel_include_dirs(env),
+            link_dirs=(env.library_dir,),
+            link_libraries=("c10", "torch", "torch_cpu", "c10_cuda", "torch_cuda"),
+            cache=cache,
+        )
+
+
+def _torch_admits(manifest: Manifest | None, torch: tuple[int, int] | None) -> bool:
+    bounds = manifest.torch if manifest else None
+    if bounds is None or torch is None:
+        return True
+    if bounds.minver and torch < parse_version(bounds.minver):
+        return False
+    return not (bounds.maxver and torch > parse_version(bounds.maxver))

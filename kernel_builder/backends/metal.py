@@ -21,6 +21,9 @@ class MetalBackend:
             return Unavailable(self.name, "Metal needs macOS with Xcode (xcrun metal not found)")
         return Unavailable(self.name, "Metal compilation is not in this kbuild release yet")
 
+    def metadata(self, job) -> dict:
+        return {}
+
     def toolchain_ids(self) -> tuple[str, ...]:
         version = tool_version("xcrun")
         return (version,) if version else ()

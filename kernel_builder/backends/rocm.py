@@ -21,6 +21,9 @@ class RocmBackend:
             return Unavailable(self.name, f"no ROCm torch in the build environment (it has torch {env.torch_version})")
         return Unavailable(self.name, "ROCm compilation is not in this kbuild release yet")
 
+    def metadata(self, job) -> dict:
+        return {}
+
     def toolchain_ids(self) -> tuple[str, ...]:
         version = tool_version("hipcc")
         return (version,) if version else ()

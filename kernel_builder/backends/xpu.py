@@ -21,6 +21,9 @@ class XpuBackend:
             return Unavailable(self.name, f"no XPU torch in the build environment (it has torch {env.torch_version})")
         return Unavailable(self.name, "XPU compilation is not in this kbuild release yet")
 
+    def metadata(self, job) -> dict:
+        return {}
+
     def toolchain_ids(self) -> tuple[str, ...]:
         version = tool_version("icpx")
         return (version,) if version else ()
