@@ -14,10 +14,11 @@ from typing import Callable
 
 from kernel_builder.backends import get_backend
 from kernel_builder.cmake import build_project, render_project
-from kernel_builder.envs import BuildEnv, current_env
+from kernel_builder.env_choice import EnvChooser
 from kernel_builder.errors import KbuildError
 from kernel_builder.inputs import input_hash
 from kernel_builder.manifest import Manifest, load_manifest
+from kernel_builder.parallelism import compile_parallelism
 from kernel_builder.plan import BuildJob, plan_build
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.stamp import install, remove_stale_staging, stage_variant
@@ -27,7 +28,7 @@ from kernel_builder.stamp import install, remove_stale_staging, stage_variant
 class JobResult:
     variant: str
     backend: str
-    status: str  # built | up-to-date | skipped | failed
+    status: str  # built | up-to-date | checked (device code compiled, no variant) | skipped | failed
     seconds: float = 0.0
     detail: str = ""
     log: str | None = None
@@ -62,38 +63,71 @@ def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
     return not verify_digest(job.dest, metadata)
 
 
-def run_job(job: BuildJob, on_build: Callable[[BuildJob], None] | None = None) -> JobResult:
+def run_job(
+    job: BuildJob,
+    chooser: EnvChooser,
+    on_build: Callable[[BuildJob], None] | None = None,
+    jobs: int | None = None,
+    nvcc_threads: int | None = None,
+) -> JobResult:
     start = time.perf_counter()
-    wanted = job_input_hash(job)
-    if is_up_to_date(job, wanted):
-        return JobResult(job.variant.name, job.backend, "up-to-date", time.perf_counter() - start)
-    if on_build:
-        on_build(job)
-    library = None
+
+    def result(status: str, detail: str = "", log: bool = False) -> JobResult:
+        log_file = str(job.log_file) if log and job.compiled else None
+        return JobResult(job.variant.name, job.backend, status, time.perf_counter() - start, detail, log_file)
+
     try:
+        if job.env is None:
+            job = job.with_env(chooser.env_for(job.variant))
+        wanted = job_input_hash(job)
+        if is_up_to_date(job, wanted):
+            return result("up-to-date")
+        if on_build:
+            on_build(job)
+        library = None
         if job.compiled:
-            spec = get_backend(job.backend).compile_spec(job)
+            backend = get_backend(job.backend)
+            spec = backend.compile_spec(job)
             render_project(spec, job.work_dir)
-            library = build_project(spec, job.work_dir, job.log_file)
+            archs = len(backend.metadata(job).get("archs", ())) or 1
+            chosen = compile_parallelism(archs, jobs, nvcc_threads)
+            library = build_project(spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads)
         install(stage_variant(job, library, wanted), job.dest)
     except KbuildError as e:
-        return JobResult(job.variant.name, job.backend, "failed", time.perf_counter() - start, e.message, str(job.log_file))
-    return JobResult(job.variant.name, job.backend, "built", time.perf_counter() - start, log=str(job.log_file) if job.compiled else None)
+        return result("failed", e.message, log=job.log_file.exists())
+    return result("built", log=True)
 
 
 def build_kernel(
     kernel_dir: Path,
     variants: tuple[str, ...] = (),
     out_dir: Path | None = None,
-    env: BuildEnv | None = None,
+    chooser: EnvChooser | None = None,
     on_build: Callable[[BuildJob], None] | None = None,
+    jobs: int | None = None,
+    nvcc_threads: int | None = None,
 ) -> tuple[Manifest, list[JobResult]]:
-    """Build `kernel_dir` for this machine (or exactly `variants`) into out_dir (default build/)."""
+    """Build `kernel_dir` for this machine (or exactly `variants`) into out_dir (default build/).
+
+    `jobs` and `nvcc_threads` override the parallelism derived from cores and memory."""
     manifest = load_manifest(kernel_dir)
-    env = env or current_env()
+    chooser = chooser or EnvChooser.from_options()
     out = Path(out_dir) if out_dir else manifest.root / "build"
-    plan = plan_build(manifest, env, out, variants)
+    plan = plan_build(manifest, chooser, out, variants)
     remove_stale_staging(out)
     results = [JobResult(f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
-    results += [run_job(job, on_build) for job in plan.jobs]
+    results += [run_job(job, chooser, on_build, jobs, nvcc_threads) for job in plan.jobs]
+    results += [run_device_check(manifest, backend, chooser, work_dir) for backend, work_dir in plan.device_checks]
     return manifest, results
+
+
+def run_device_check(manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path) -> JobResult:
+    """Compile a backend's device code without claiming a variant (ROCm without ROCm torch)."""
+    start = time.perf_counter()
+    log = work_dir / "build.log"
+    try:
+        check = get_backend(backend).device_check(manifest, chooser.primary, work_dir)
+    except KbuildError as e:
+        return JobResult(f"({backend})", backend, "failed", time.perf_counter() - start, e.message, str(log))
+    status = "checked" if check.checked else "skipped"
+    return JobResult(f"({backend})", backend, status, time.perf_counter() - start, check.summary, str(log))

@@ -40,20 +40,41 @@ def build(
         None, "--variant", "-V", help="Build exactly this variant (repeatable), e.g. torch213-cxx11-cpu-x86_64-linux."
     ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: KERNEL_DIR/build)."),
+    env: Optional[Path] = typer.Option(
+        None, "--env", help="Build in this existing environment (a venv folder or its python) instead of the running one."
+    ),
+    create_env: bool = typer.Option(
+        True, "--create-env/--no-create-env",
+        help="Create a missing build environment for a variant (a venv with the right torch, cached), or skip it.",
+    ),
+    torch_index: Optional[str] = typer.Option(
+        None, "--torch-index", help="pip index URL for torch when creating an environment (default: by flavour)."
+    ),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel compiles (default: from cores and memory; MAX_JOBS)."),
+    nvcc_threads: Optional[int] = typer.Option(
+        None, "--nvcc-threads", help="Architectures nvcc compiles at once (default: from cores and memory; NVCC_THREADS)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Build the kernel for this machine's variants: one folder per variant under build/."""
     from rich.markup import escape
 
     from kernel_builder.build import build_kernel
+    from kernel_builder.env_choice import EnvChooser
+    from kernel_builder.parallelism import compile_parallelism
 
     console = _console(stderr=True)
+    say = (lambda message: None) if as_json else (lambda message: console.print(escape(message)))
 
     def started(job) -> None:
         if not as_json:
-            console.print(f"[bold]{job.variant.name}[/]: building ({job.env.describe()})")
+            console.print(f"[bold]{job.variant.name}[/]: building ({escape(job.env.describe())})")
 
-    manifest, results = build_kernel(kernel_dir, tuple(variant or ()), out, on_build=started)
+    compile_parallelism(jobs=jobs, nvcc_threads=nvcc_threads)  # a bad value fails here, before any work
+    chooser = EnvChooser.from_options(env, create=create_env, index=torch_index, say=say)
+    manifest, results = build_kernel(
+        kernel_dir, tuple(variant or ()), out, chooser=chooser, on_build=started, jobs=jobs, nvcc_threads=nvcc_threads
+    )
     if as_json:
         _print_json([r.__dict__ for r in results])
     else:
@@ -61,49 +82,54 @@ def build(
         for r in results:
             if r.status == "skipped":
                 console.print(f"[yellow]skipped[/] {r.backend}: {escape(r.detail)}")
+            elif r.status == "checked":
+                console.print(f"[cyan]checked[/] {r.backend}: {escape(r.detail)}")
             elif r.status == "failed":
                 console.print(f"[red]failed[/]  {r.variant}: {escape(r.detail)}")
             else:
                 console.print(f"[green]{r.status:10}[/] {out_dir / r.variant}  ({r.seconds:.2f} s)")
     if any(not r.ok for r in results):
         raise typer.Exit(1)
-    if not any(r.status in ("built", "up-to-date") for r in results):
+    if not any(r.status in ("built", "up-to-date", "checked") for r in results):
         raise KbuildError(f"nothing to build for '{manifest.name}' on this machine: every backend was skipped")
 
 
 @app.command()
 def variants(
     kernel_dir: Optional[Path] = typer.Argument(None, help="Limit to what this kernel repo supports."),
+    env: Optional[Path] = typer.Option(None, "--env", help="Judge with this build environment instead of the running one."),
     as_json: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
 ) -> None:
     """List the default variant matrix and mark what this machine can build (and why not)."""
-    from kernel_builder.envs import current_env
-    from kernel_builder.host import backend_targets, why_not
+    from kernel_builder.env_choice import EnvChooser
+    from kernel_builder.host import why_not
     from kernel_builder.manifest import load_manifest
     from kernel_builder.variants import BACKENDS, default_matrix
 
     manifest = load_manifest(kernel_dir) if kernel_dir is not None else None
     backends = manifest.general.backends if manifest else BACKENDS
-    env = current_env()
-    targets = backend_targets(env, manifest, backends)
+    chooser = EnvChooser.from_options(env)
     rows = []
     for v in default_matrix().variants:
         if v.backend not in backends:
             continue
-        reason = why_not(v, targets, env)
-        rows.append({"variant": v.name, "backend": v.backend, "buildable": reason is None, "reason": reason})
+        reason = why_not(manifest, v, chooser)
+        where = chooser.describe_for(v) if reason is None else None
+        rows.append({"variant": v.name, "backend": v.backend, "buildable": reason is None, "environment": where, "reason": reason})
     if as_json:
         _print_json(rows)
         return
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"variants ({env.describe()})")
+    title = chooser.primary.describe() if chooser.primary else "no torch in the running interpreter"
+    table = Table(title=f"variants ({title})")
     table.add_column("variant")
     table.add_column("here")
-    table.add_column("why not")
+    table.add_column("environment, or why not")
     for row in rows:
-        table.add_row(row["variant"], "[green]yes[/]" if row["buildable"] else "no", escape(row["reason"] or ""))
+        here = "[green]yes[/]" if row["buildable"] else "no"
+        table.add_row(row["variant"], here, escape(row["environment"] or row["reason"] or ""))
     _console().print(table)
 
 
@@ -129,6 +155,15 @@ def demo(
 
     console = _console()
     run_demo(workdir, say=console.print)
+
+
+def _add_env_commands() -> None:
+    from kernel_builder.cli_env import env_app
+
+    app.add_typer(env_app, name="env", help="List, create and prune kbuild's cached build environments.")
+
+
+_add_env_commands()
 
 
 @app.command()

@@ -26,6 +26,20 @@ class SourceGroup:
     files: tuple[str, ...]
     options: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
+    # CMake's language for files whose extension it does not know (.sycl is C++).
+    language: str | None = None
+
+
+@dataclass(frozen=True)
+class CustomCommand:
+    """A step Ninja runs before the library compiles, e.g. shaders into a library that a
+    generated header embeds. `command` is one argument vector, run without a shell in the
+    build tree; relative outputs are in the build tree too."""
+
+    outputs: tuple[str, ...]
+    command: tuple[str, ...]
+    depends: tuple[str, ...] = ()
+    comment: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,10 @@ class CompileSpec:
     link_libraries: tuple[str, ...] = ()
     link_options: tuple[str, ...] = ()
     cache: dict[str, str] = field(default_factory=dict)  # -D variables at configure time
+    # Build-time steps: their outputs become sources of the library, so they run first.
+    commands: tuple[CustomCommand, ...] = ()
+    # (name, text): helper files those steps run, written beside CMakeLists.txt.
+    files: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """Stable text of everything that shapes the build: part of the input hash."""
@@ -77,6 +95,8 @@ def render_project(spec: CompileSpec, work_dir: Path) -> Path:
     generated = work_dir / "generated"
     generated.mkdir(parents=True, exist_ok=True)
     _write_if_changed(generated / "registration.h", templates_dir("build", "registration.h").read_text())
+    for name, content in spec.files:
+        _write_if_changed(work_dir / name, content)
     _write_if_changed(work_dir / "CMakeLists.txt", text)
     return work_dir
 
@@ -102,8 +122,13 @@ def _tool(name: str) -> str:
     return found
 
 
-def build_project(spec: CompileSpec, work_dir: Path, log_file: Path, jobs: int | None = None) -> Path:
-    """Configure (first time) and build; return the built library. Output goes to log_file."""
+def build_project(
+    spec: CompileSpec, work_dir: Path, log_file: Path, jobs: int | None = None, nvcc_threads: int | None = None
+) -> Path:
+    """Configure (first time) and build; return the built library. Output goes to log_file.
+
+    Parallelism is passed outside the project (Ninja's -j, NVCC_APPEND_FLAGS), so it
+    never changes the generated files or a job's input hash."""
     build_dir = work_dir / "build"
     cmake = _tool("cmake")
     ninja = _tool("ninja")
@@ -119,17 +144,20 @@ def build_project(spec: CompileSpec, work_dir: Path, log_file: Path, jobs: int |
         command = [cmake, "--build", str(build_dir)]
         if jobs:
             command += ["--parallel", str(jobs)]
-        _run(command, log, log_file, "compile")
+        extra = {}
+        if nvcc_threads:
+            extra["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {nvcc_threads}".strip()
+        _run(command, log, log_file, "compile", extra)
     library = build_dir / f"{spec.target}{spec.suffix}"
     if not library.exists():
         raise BuildError(f"the build finished but {library.name} is missing; see {log_file}")
     return library
 
 
-def _run(command: list[str], log, log_file: Path, step: str) -> None:
-    log.write("$ " + " ".join(command) + "\n")
+def _run(command: list[str], log, log_file: Path, step: str, extra_env: dict[str, str] | None = None) -> None:
+    log.write("".join(f"{k}={v} " for k, v in (extra_env or {}).items()) + "$ " + " ".join(command) + "\n")
     log.flush()
-    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
     result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     if result.returncode != 0:
         log.flush()

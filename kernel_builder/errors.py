@@ -31,3 +31,7 @@ class BuildError(KbuildError):
 
 class EnvironmentProbeError(KbuildError):
     """The build environment (its Python and torch) could not be inspected."""
+
+
+class EnvironmentCreateError(KbuildError):
+    """A managed build environment could not be created; names the pip request and its log."""

@@ -1,38 +1,53 @@
-"""What this machine can build: per backend, the variant its build environment yields or
-the reason it yields none; and, for any variant of the matrix, why it is out of reach."""
+"""What this machine can build: for any variant, whether a toolchain and a build
+environment for it exist here (or can be created), and if not, why not in one phrase."""
 
 from __future__ import annotations
 
 from kernel_builder.backends import Unavailable, get_backend
-from kernel_builder.backends.common import host_platform
-from kernel_builder.envs import BuildEnv
+from kernel_builder.backends.common import host_platform, torch_admits
+from kernel_builder.env_choice import EnvChooser
 from kernel_builder.manifest import Manifest
-from kernel_builder.variants import BACKENDS, Variant
+from kernel_builder.variants import Kind, Variant, parse_version
 
 
-def backend_targets(
-    env: BuildEnv, manifest: Manifest | None = None, backends: tuple[str, ...] = BACKENDS
-) -> dict[str, Variant | Unavailable]:
-    return {b: get_backend(b).target(manifest, env) for b in backends}
+def torch_bounds_reason(manifest: Manifest | None, torch: tuple[int, int] | None) -> str | None:
+    """Why `[torch] minver/maxver` excludes this torch version, or None."""
+    if torch_admits(manifest, torch):
+        return None
+    bounds = manifest.torch
+    text = f"{torch[0]}.{torch[1]}"
+    if bounds.minver and torch < parse_version(bounds.minver):
+        return f"[torch] minver {bounds.minver} excludes torch {text}"
+    return f"[torch] maxver {bounds.maxver} excludes torch {text}"
 
 
-def why_not(variant: Variant, targets: dict[str, Variant | Unavailable], env: BuildEnv) -> str | None:
-    """None if this machine builds `variant`, else the reason in one phrase."""
-    target = targets.get(variant.backend)
-    if target is None:
-        return f"backend {variant.backend} is not selected"
+def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) -> str | None:
+    """None if this machine builds `variant` (of `manifest`, if given), else the reason."""
+    if manifest is not None:
+        if variant.backend not in manifest.general.backends:
+            return f"kernel '{manifest.name}' does not list backend '{variant.backend}' in [general] backends"
+        if (variant.kind is Kind.NOARCH) != (manifest.noarch is not None):
+            if manifest.noarch is not None:
+                return "[torch-noarch] kernels build torch-<backend> variants"
+            return "[torch] kernels build per-torch variants"
     here = "-".join(host_platform())
     if variant.platform is not None and variant.platform != here:
         return f"needs platform {variant.platform} (this machine is {here})"
-    if isinstance(target, Unavailable):
-        return target.reason
-    if target == variant:
+    reason = torch_bounds_reason(manifest, variant.torch)
+    if reason:
+        return reason
+    if variant.kind is Kind.NOARCH:
+        return None  # pure Python: nothing to compile
+    backend = get_backend(variant.backend)
+    if chooser.primary_builds(variant):
+        target = backend.target(manifest, chooser.primary)
+        if isinstance(target, Unavailable):
+            return target.reason
+        if target != variant:
+            return f"the build environment ({chooser.primary.describe()}) builds {target.name}"
         return None
-    if variant.torch != target.torch:
-        return f"needs torch {variant.torch_version}; the build environment has torch {env.torch_version}"
-    if variant.backend_version != target.backend_version:
-        return (
-            f"needs {variant.backend} {variant.backend_version_str}; the build environment's torch "
-            f"is built for {target.backend_version_str}"
-        )
-    return f"the build environment builds {target.name}"
+    toolchain = getattr(backend, "variant_reason", None)
+    if toolchain is None:
+        target = backend.target(manifest, chooser.primary) if chooser.primary else None
+        return target.reason if isinstance(target, Unavailable) else f"kbuild cannot make a {variant.backend} build environment"
+    return toolchain(manifest, variant) or chooser.unavailable_reason(variant)

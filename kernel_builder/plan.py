@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kernel_builder.backends import Unavailable
+from kernel_builder.backends import Unavailable, get_backend
 from kernel_builder.cache import cache_dir, short_key
+from kernel_builder.env_choice import EnvChooser
 from kernel_builder.envs import BuildEnv
 from kernel_builder.errors import VariantError
-from kernel_builder.host import backend_targets
+from kernel_builder.host import torch_bounds_reason, why_not
 from kernel_builder.inputs import content_hash, input_files
 from kernel_builder.manifest import Manifest
 from kernel_builder.provenance import GitState, git_state
-from kernel_builder.variants import Kind, Variant, noarch_variant, parse_version
+from kernel_builder.variants import Kind, Variant, noarch_variant
 
 
 @dataclass(frozen=True)
 class BuildJob:
     manifest: Manifest
-    env: BuildEnv
+    env: BuildEnv | None  # None until the build finds or creates its managed environment
     variant: Variant
     backend: str
     kernel_id: str  # 7 hex digits of the source tree hash, `_dirty` appended when dirty
     source: GitState | None
     out_dir: Path  # the build/ folder; the job writes out_dir/<variant>/
     work_dir: Path  # the generated CMake project and its build tree (in the cache)
+
+    def with_env(self, env: BuildEnv) -> "BuildJob":
+        return replace(self, env=env)
 
     @property
     def ops_name(self) -> str:
@@ -59,6 +63,9 @@ class Skip:
 class Plan:
     jobs: tuple[BuildJob, ...]
     skips: tuple[Skip, ...]
+    # Backends that cannot build a variant here but can compile-check their device code
+    # (ROCm without a ROCm torch), with the folder to do it in.
+    device_checks: tuple[tuple[str, Path], ...] = ()
 
 
 def kernel_identity(manifest: Manifest, out_dir: Path) -> tuple[str, GitState | None]:
@@ -71,62 +78,58 @@ def kernel_identity(manifest: Manifest, out_dir: Path) -> tuple[str, GitState | 
     return content_hash(manifest.root, files)[:7] + suffix, state
 
 
-def _torch_bounds_skip(manifest: Manifest, env: BuildEnv) -> str | None:
-    torch = manifest.torch
-    if torch is None:
-        return None
-    have = env.torch
-    if torch.minver and have < parse_version(torch.minver):
-        return f"[torch] minver {torch.minver} excludes the build environment's torch {env.torch_version}"
-    if torch.maxver and have > parse_version(torch.maxver):
-        return f"[torch] maxver {torch.maxver} excludes the build environment's torch {env.torch_version}"
-    return None
+def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -> Variant | Unavailable:
+    """The variant `kbuild build` makes for a backend: the primary environment's, else the
+    backend's own choice for this machine (built in a managed environment)."""
+    backend = get_backend(backend_name)
+    if manifest.noarch is not None:
+        return noarch_variant(backend_name)
+    target: Variant | Unavailable = Unavailable(backend_name, "the running interpreter has no torch")
+    if chooser.primary is not None:
+        target = backend.target(manifest, chooser.primary)
+        if isinstance(target, Variant):
+            reason = torch_bounds_reason(manifest, target.torch)
+            if reason is None:
+                return target
+            target = Unavailable(backend_name, f"{reason} (the build environment's)")
+    fallback = getattr(backend, "default_variant", None)
+    if chooser.explicit or fallback is None:
+        return target
+    return fallback(manifest)
 
 
 def plan_build(
-    manifest: Manifest, env: BuildEnv, out_dir: Path, requested: tuple[str, ...] = ()
+    manifest: Manifest, chooser: EnvChooser, out_dir: Path, requested: tuple[str, ...] = ()
 ) -> Plan:
-    """The jobs this environment can run for `manifest`; with `requested`, exactly those."""
+    """The jobs for `manifest` on this machine; with `requested`, exactly those variants.
+
+    A job whose variant needs a managed environment carries env=None; the build creates
+    or finds that environment when the job runs (kbuild.build), not while planning."""
     kernel_id, source = kernel_identity(manifest, out_dir)
     work_root = cache_dir("work", short_key(str(manifest.root.resolve())))
-    targets: dict[str, Variant] = {}
-    skips: list[Skip] = []
-    bounds = _torch_bounds_skip(manifest, env)
+
+    def job(variant: Variant) -> BuildJob:
+        env = chooser.primary if variant.kind is Kind.NOARCH or chooser.primary_builds(variant) else None
+        return BuildJob(manifest, env, variant, variant.backend, kernel_id, source, out_dir, work_root / variant.name)
+
+    if requested:
+        variants = {}
+        for name in requested:
+            variant = Variant.parse(name)
+            reason = why_not(manifest, variant, chooser)
+            if reason:
+                raise VariantError(f"cannot build {name} here: {reason}")
+            variants[variant.name] = variant
+        return Plan(tuple(job(v) for v in variants.values()), ())
+
+    jobs, skips, checks = [], [], []
     for backend in manifest.general.backends:
-        if manifest.noarch is not None:
-            targets[backend] = noarch_variant(backend)
-            continue
-        if bounds:
-            skips.append(Skip(backend, bounds))
-            continue
-        target = backend_targets(env, manifest, (backend,))[backend]
-        if isinstance(target, Unavailable):
-            skips.append(Skip(backend, target.reason))
+        target = default_target(manifest, backend, chooser)
+        reason = target.reason if isinstance(target, Unavailable) else chooser.unavailable_reason(target)
+        if not reason:
+            jobs.append(job(target))
+        elif getattr(get_backend(backend), "device_check_possible", lambda: False)():
+            checks.append((backend, work_root / f"{backend}-device-check"))
         else:
-            targets[backend] = target
-
-    def job(backend: str, variant: Variant) -> BuildJob:
-        return BuildJob(manifest, env, variant, backend, kernel_id, source, out_dir, work_root / variant.name)
-
-    if not requested:
-        return Plan(tuple(job(b, v) for b, v in targets.items()), tuple(skips))
-
-    jobs = []
-    for name in requested:
-        wanted = Variant.parse(name)
-        if wanted.backend not in manifest.general.backends:
-            raise VariantError(
-                f"cannot build {name}: kernel '{manifest.name}' does not list backend "
-                f"'{wanted.backend}' in [general] backends"
-            )
-        have = targets.get(wanted.backend)
-        if have is None:
-            reason = next(s.reason for s in skips if s.backend == wanted.backend)
-            raise VariantError(f"cannot build {name} here: {reason}")
-        if have != wanted:
-            raise VariantError(
-                f"cannot build {name} here: the build environment ({env.describe()}) builds {have.name}"
-            )
-        jobs.append(job(wanted.backend, wanted))
-    unique = {j.variant.name: j for j in jobs}
-    return Plan(tuple(unique.values()), ())
+            skips.append(Skip(backend, reason))
+    return Plan(tuple(jobs), tuple(skips), tuple(checks))

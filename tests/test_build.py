@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 
 from conftest import REPO, kbuild
 from kernel_builder.build import build_kernel
+from kernel_builder.env_choice import EnvChooser
 from kernel_builder.errors import VariantError
 
 VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"
@@ -68,20 +70,25 @@ def test_loads_with_kernels_and_computes(tiny):
 
 
 def test_unknown_or_foreign_variant_is_a_clear_error(tiny):
-    result = kbuild("build", str(tiny), "--variant", "torch213-cxx11-cu130-x86_64-linux")
-    assert result.returncode == 2 and "not a CUDA build" in result.stderr
+    result = kbuild("build", str(tiny), "--variant", "torch213-metal-aarch64-darwin")
+    assert result.returncode == 2 and "needs platform aarch64-darwin (this machine is x86_64-linux)" in result.stderr
     result = kbuild("build", str(tiny), "--variant", "torch-flash")
     assert result.returncode == 2 and "not a variant name" in result.stderr
     result = kbuild("build", str(tiny), "--variant", "torch213-cxx11-rocm71-x86_64-linux")
     assert result.returncode == 2 and "does not list backend 'rocm'" in result.stderr
-    with pytest.raises(VariantError, match="builds " + VARIANT):
-        build_kernel(tiny, ("torch212-cxx11-cpu-x86_64-linux",))
+    # Another torch needs another environment; without creating one, that is the error.
+    result = kbuild("build", str(tiny), "--no-create-env", "--variant", "torch212-cxx11-cpu-x86_64-linux")
+    assert result.returncode == 2 and "no build environment with torch 2.12" in result.stderr
+    assert "kbuild env create torch212-cpu" in result.stderr
+    # An environment named with --env is never replaced by another one.
+    with pytest.raises(VariantError, match="--env .* has torch 2.13"):
+        build_kernel(tiny, ("torch212-cxx11-cpu-x86_64-linux",), chooser=EnvChooser.from_options(Path(sys.executable)))
 
 
 def test_skipped_backend_is_reported_not_failed(tiny):
     result = kbuild("build", str(tiny), "--json", check=True)
     rows = {r["backend"]: r for r in json.loads(result.stdout)}
-    assert rows["cuda"]["status"] == "skipped" and "CUDA" in rows["cuda"]["detail"]
+    assert rows["metal"]["status"] == "skipped" and "xcrun not found" in rows["metal"]["detail"]
     assert rows["cpu"]["status"] == "up-to-date"
 
 

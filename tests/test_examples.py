@@ -16,9 +16,12 @@ import pytest
 import torch
 
 from conftest import EXAMPLES, copy_example, kbuild
+from kernel_builder.backends.cuda import nvcc_path
+from kernel_builder.backends.rocm import hipcc_path
 
 TORCH_TAG = "torch{}{}".format(*torch.__version__.split(".")[:2])
 CPU_VARIANT = f"{TORCH_TAG}-cxx11-cpu-x86_64-linux"
+CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"  # nvcc 13.0's newest torch in the default matrix
 
 
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
@@ -34,7 +37,10 @@ def run_example_tests(root: Path) -> subprocess.CompletedProcess:
 def swiglu() -> Path:
     root = EXAMPLES / "swiglu"
     result = kbuild("build", str(root), check=True)
-    assert "skipped cuda" in result.stderr
+    if nvcc_path():
+        assert CUDA_VARIANT in result.stderr, result.stderr  # see tests/test_cuda.py
+    else:
+        assert "skipped cuda" in result.stderr
     return root
 
 
@@ -102,9 +108,21 @@ def test_public_kernel_builder_repo_builds_unchanged(tmp_path):
     root = copy_example("relu", tmp_path)
     result = kbuild("build", str(root), "--json", check=True)
     rows = {r["backend"]: r for r in json.loads(result.stdout)}
-    assert rows["cpu"]["status"] == "built"
-    for backend in ("cuda", "metal", "rocm", "xpu"):
-        assert rows[backend]["status"] == "skipped" and rows[backend]["detail"], backend
+    assert rows["cpu"]["status"] == "built" and rows["cpu"]["variant"] == CPU_VARIANT
+    if nvcc_path():
+        assert rows["cuda"]["status"] == "built" and rows["cuda"]["variant"] == CUDA_VARIANT
+        metadata = json.loads((root / "build" / CUDA_VARIANT / "metadata.json").read_text())
+        assert metadata["backend"]["archs"][0] == "7.5" and metadata["backend"]["archs"][-1] == "12.1"
+    else:
+        assert rows["cuda"]["status"] == "skipped" and "nvcc" in rows["cuda"]["detail"]
+    if hipcc_path():
+        assert rows["rocm"]["status"] == "checked", rows["rocm"]
+        assert rows["rocm"]["detail"].startswith("compiled, not linked: no ROCm torch in the build environment")
+        assert "gfx90a" in rows["rocm"]["detail"] and "relu_cuda/relu_kernel.cu" in rows["rocm"]["detail"]
+    else:
+        assert rows["rocm"]["status"] == "skipped" and "hipcc" in rows["rocm"]["detail"]
+    assert rows["metal"]["status"] == "skipped" and "xcrun not found" in rows["metal"]["detail"]
+    assert rows["xpu"]["status"] == "skipped" and "icpx not found" in rows["xpu"]["detail"]
     import kernels
 
     relu = kernels.get_local_kernel(root, backend="cpu")

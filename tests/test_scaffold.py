@@ -31,7 +31,8 @@ COMMON = {
 }
 PER_FOLDER = {
     "cpu": {"my_op_cpu/scale_add.cpp"},
-    "cuda": {"my_op_cuda/scale_add.cu", "my_op_cuda/gpu_compat.h"},
+    "cuda": {"my_op_cuda/scale_add.cu", "my_op_cuda/scale_add_kernel.cu", "my_op_cuda/scale_add_kernel.h",
+             "my_op_cuda/gpu_compat.h", "my_op_cuda/gpu_runtime.h"},
     "metal": {"my_op_metal/scale_add.metal", "my_op_metal/scale_add.mm"},
     "xpu": {"my_op_xpu/scale_add.cpp"},
 }

@@ -8,6 +8,7 @@ import platform
 from kernel_builder.cmake import SourceGroup, generated_include_dir
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import KernelUnit, Manifest
+from kernel_builder.variants import Variant, default_matrix, parse_version
 
 # Stable ABI 3.9+: the PyInit module in registration.h only needs the limited API.
 PY_LIMITED_API = "0x03090000"
@@ -27,6 +28,27 @@ def host_platform() -> tuple[str, str]:
     arch = platform.machine().lower()
     arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
     return arch, platform.system().lower()
+
+
+def torch_admits(manifest: Manifest | None, torch: tuple[int, int] | None) -> bool:
+    """Whether the kernel's `[torch] minver/maxver` admit this torch version."""
+    bounds = manifest.torch if manifest else None
+    if bounds is None or torch is None:
+        return True
+    if bounds.minver and torch < parse_version(bounds.minver):
+        return False
+    return not (bounds.maxver and torch > parse_version(bounds.maxver))
+
+
+def newest_admitted(manifest: Manifest | None, backend: str, backend_version: tuple[int, int] | None) -> Variant | None:
+    """The default matrix's newest variant for this host, backend and backend version
+    whose torch the kernel admits: what kbuild builds when no environment says otherwise."""
+    here = "-".join(host_platform())
+    candidates = [
+        v for v in default_matrix().for_backend(backend)
+        if v.backend_version == backend_version and v.platform == here and torch_admits(manifest, v.torch)
+    ]
+    return max(candidates, key=lambda v: v.torch) if candidates else None
 
 
 def compiled_files(files: tuple[str, ...], suffixes: tuple[str, ...]) -> tuple[str, ...]:

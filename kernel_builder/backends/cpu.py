@@ -13,6 +13,7 @@ from kernel_builder.backends.common import (
     binding_group,
     cxx_standard,
     host_platform,
+    newest_admitted,
     torch_definitions,
     torch_includes,
     unit_group,
@@ -41,6 +42,23 @@ class CpuBackend:
         if abi:
             return stable_abi_variant(parse_version(abi), self.name, None, arch, os_)
         return arch_variant(env.torch, self.name, None, arch, os_)
+
+    def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
+        """Why this machine cannot build `variant` given a matching environment, or None."""
+        return None if cxx_compiler() else "no C++ compiler found (install g++ or set CXX)"
+
+    def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
+        """Without a usable build environment: the newest torch of the default matrix that
+        the kernel admits, built in a managed environment."""
+        if cxx_compiler() is None:
+            return Unavailable(self.name, "no C++ compiler found (install g++ or set CXX)")
+        abi = manifest.torch.stable_abi_for(self.name) if manifest and manifest.torch else None
+        arch, os_ = host_platform()
+        if abi:
+            return stable_abi_variant(parse_version(abi), self.name, None, arch, os_)
+        return newest_admitted(manifest, self.name, None) or Unavailable(
+            self.name, f"no torch release in the default matrix fits the kernel's [torch] bounds on {arch}-{os_}"
+        )
 
     def metadata(self, job) -> dict:
         return {}

@@ -20,6 +20,7 @@ from kernel_builder.backends.common import (
     binding_group,
     cxx_standard,
     host_platform,
+    newest_admitted,
     torch_definitions,
     torch_includes,
     unit_group,
@@ -29,7 +30,7 @@ from kernel_builder.cmake import CompileSpec
 from kernel_builder.envs import BuildEnv
 from kernel_builder.errors import BuildError
 from kernel_builder.manifest import KernelUnit, Manifest
-from kernel_builder.variants import Variant, arch_variant, default_matrix, parse_version
+from kernel_builder.variants import Variant, arch_variant, parse_version
 
 CUDA_SUFFIXES = (".cu",)
 
@@ -204,17 +205,14 @@ class CudaBackend:
         reason = cuda_bounds_reason(manifest, have)
         if reason:
             return Unavailable(self.name, reason)
-        arch, os_ = host_platform()
-        candidates = [
-            v for v in default_matrix().for_backend(self.name)
-            if v.backend_version == have and v.platform == f"{arch}-{os_}" and _torch_admits(manifest, v.torch)
-        ]
-        if not candidates:
+        variant = newest_admitted(manifest, self.name, have)
+        if variant is None:
             return Unavailable(
                 self.name,
-                f"no torch release in the default matrix ships CUDA {have[0]}.{have[1]} for {arch}-{os_}",
+                f"no torch release in the default matrix ships CUDA {have[0]}.{have[1]} for "
+                f"{'-'.join(host_platform())} within the kernel's [torch] bounds",
             )
-        return max(candidates, key=lambda v: v.torch)
+        return variant
 
     def toolchain_ids(self) -> tuple[str, ...]:
         nvcc = nvcc_path()
@@ -271,11 +269,3 @@ class CudaBackend:
             cache=cache,
         )
 
-
-def _torch_admits(manifest: Manifest | None, torch: tuple[int, int] | None) -> bool:
-    bounds = manifest.torch if manifest else None
-    if bounds is None or torch is None:
-        return True
-    if bounds.minver and torch < parse_version(bounds.minver):
-        return False
-    return not (bounds.maxver and torch > parse_version(bounds.maxver))

@@ -1,32 +1,13 @@
-// ReLU for CUDA and ROCm. hipcc compiles this same file for the rocm unit;
-// gpu_compat.h (next to this file) maps the runtime/stream names.
-#include <ATen/OpMathType.h>
+// relu's torch glue for CUDA and ROCm: argument checks, device guard, current
+// stream and the dtype dispatch. The kernel is in relu_kernel.cu, which
+// includes no torch header; gpu_compat.h maps the CUDA/HIP names, so hipcc
+// compiles this same file for the rocm unit without hipify.
+#include <ATen/Dispatch.h>
 #include <torch/all.h>
 
-#include <cstdint>
-
 #include "gpu_compat.h"
+#include "relu_kernel.h"
 #include "torch-ext/torch_binding.h"
-
-namespace {
-
-constexpr int kThreads = 256;
-
-template <typename scalar_t>
-__global__ void relu_kernel(scalar_t *__restrict__ out,
-                            const scalar_t *__restrict__ in, int64_t n) {
-  // Half and bfloat16 are compared in float, float and double as themselves.
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += stride) {
-    const acc_t v = static_cast<acc_t>(in[i]);
-    // `v < 0` is false for NaN, so NaN propagates as in torch.relu.
-    out[i] = static_cast<scalar_t>(v < acc_t(0) ? acc_t(0) : v);
-  }
-}
-
-}  // namespace
 
 void relu(torch::Tensor &out, torch::Tensor const &input) {
   TORCH_CHECK(input.device().is_cuda(), "relu: input must be a GPU tensor");
@@ -40,22 +21,20 @@ void relu(torch::Tensor &out, torch::Tensor const &input) {
 
   const gpu_compat::OptionalDeviceGuard guard(input.device());
   const torch::Tensor in = input.contiguous();
+  // The kernel writes contiguous memory: a strided `out` gets a copy.
   const bool direct = out.is_contiguous();
   torch::Tensor dst = direct ? out : torch::empty_like(in);
 
-  const int64_t n = in.numel();
-  if (n > 0) {
-    const int64_t wanted = (n + kThreads - 1) / kThreads;
-    const int blocks = static_cast<int>(wanted < 65535 ? wanted : 65535);
-    const gpu_compat::stream_t stream = gpu_compat::current_stream();
-    AT_DISPATCH_FLOATING_TYPES_AND2(
-        at::ScalarType::BFloat16, at::ScalarType::Half, in.scalar_type(),
-        "relu_cuda", [&] {
-          relu_kernel<scalar_t><<<blocks, kThreads, 0, stream>>>(
-              dst.data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(), n);
-        });
-    GPU_COMPAT_CHECK_LAUNCH("relu kernel launch");
-  }
+  const gpu::stream_t stream = gpu_compat::current_stream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::ScalarType::BFloat16, at::ScalarType::Half, in.scalar_type(),
+      "relu_gpu", [&] {
+        gpu_compat::check_launch(
+            relu_launch(gpu_compat::device_ptr(dst.data_ptr<scalar_t>()),
+                        gpu_compat::device_ptr(in.const_data_ptr<scalar_t>()),
+                        in.numel(), stream),
+            "relu kernel launch");
+      });
 
   if (!direct) {
     out.copy_(dst);

@@ -1,0 +1,180 @@
+"""The CUDA backend: capabilities and flags, then real nvcc builds of examples/swiglu
+against a CUDA torch in kbuild's managed build environment (created on first use, about
+a minute and 5 GB), read back with cuobjdump and imported in that environment.
+
+There is no GPU here: importing registers the ops with their CUDA implementation, which
+is what the test checks; running them needs a GPU (see the device checks in benchmarks/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, REPO, copy_example, kbuild
+from kernel_builder.backends.cuda import (
+    default_capabilities,
+    effective_capabilities,
+    gencode_flags,
+    nvcc_architectures,
+    nvcc_path,
+    nvcc_version,
+    units_for_version,
+)
+from kernel_builder.cache import cache_dir, short_key
+from kernel_builder.errors import BuildError
+from kernel_builder.manifest import KernelUnit, load_manifest
+
+NVCC = nvcc_path()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed (the CUDA toolkit is needed to compile CUDA)")
+CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
+if NVCC is not None and nvcc_version(NVCC) is not None and nvcc_version(NVCC)[0] != 13:
+    needs_nvcc = pytest.mark.skip(reason=f"these builds pin CUDA 13.0 (torch 2.14.1+cu130); nvcc here is {nvcc_version(NVCC)}")
+
+
+# -- capabilities and flags (no compiler needed) -------------------------------------------
+
+
+def unit(**keys) -> KernelUnit:
+    return KernelUnit(name="k", backend="cuda", src=("k.cu",), **keys)
+
+
+def test_default_capabilities_follow_the_cuda_version_with_ptx_for_the_newest():
+    assert default_capabilities((13, 0))[0] == "7.5" and default_capabilities((13, 0))[-1] == "12.1+PTX"
+    assert default_capabilities((12, 8))[0] == "7.0" and default_capabilities((12, 8))[-1] == "12.0+PTX"
+    assert default_capabilities((12, 6))[-1] == "9.0+PTX" and "10.0" not in default_capabilities((12, 6))
+
+
+def test_capabilities_are_intersected_with_what_nvcc_supports():
+    supported = frozenset({"7.5", "8.0", "9.0"})
+    assert effective_capabilities(unit(cuda_capabilities=("7.0", "8.0", "9.0a", "12.0")), (13, 0), supported) == ("8.0", "9.0a")
+    assert effective_capabilities(unit(), (13, 0), supported) == ("7.5", "8.0", "9.0")
+    with pytest.raises(BuildError, match=r"\[kernel.k\] cuda-capabilities 3.5, 5.0: nvcc 13.0 supports none of them"):
+        effective_capabilities(unit(cuda_capabilities=("3.5", "5.0")), (13, 0), supported)
+
+
+def test_gencode_flags_give_sass_per_capability_and_ptx_when_asked():
+    assert gencode_flags(("8.0", "9.0a", "12.1+PTX")) == (
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_121,code=sm_121",
+        "-gencode=arch=compute_121,code=compute_121",
+    )
+
+
+def test_cuda_minver_leaves_a_unit_out_of_older_cuda(tmp_path):
+    root = copy_example("swiglu", tmp_path)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('cuda-capabilities = ["8.0", "9.0"]', 'cuda-capabilities = ["8.0", "9.0"]\ncuda-minver = "13.0"'))
+    manifest = load_manifest(root)
+    assert [u.name for u in units_for_version(manifest, (13, 0))] == ["swiglu_cuda"]
+    assert units_for_version(manifest, (12, 8)) == ()
+
+
+@needs_nvcc
+def test_nvcc_lists_its_architectures():
+    archs = nvcc_architectures(NVCC)
+    assert {"8.0", "9.0"} <= archs and all(a.count(".") == 1 for a in archs)
+
+
+def test_general_cuda_bounds_skip_the_backend_with_the_reason(tmp_path):
+    root = copy_example("swiglu", tmp_path)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda"]', 'backends = ["cpu", "cuda"]\n\n[general.cuda]\nmaxver = "12.8"'))
+    result = kbuild("build", str(root), "--json", "--no-create-env", "--variant", "torch213-cxx11-cu130-x86_64-linux")
+    assert result.returncode == 2 and "[general.cuda] maxver 12.8 excludes CUDA 13.0" in result.stderr
+
+
+# -- real builds -------------------------------------------------------------------------------
+
+
+def cuobjdump() -> str | None:
+    """The system CUDA lacks cuobjdump; the triton wheel beside a CUDA torch ships one."""
+    from kernel_builder.envstore import EnvSpec, find_env
+
+    env = find_env(EnvSpec((2, 14), "cu130"))
+    if env is not None:
+        bundled = Path(env.torch_dir).parent / "triton" / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if bundled.exists():
+            return str(bundled)
+    return shutil.which("cuobjdump")
+
+
+def embedded(library: Path, what: str) -> list[str]:
+    """`cuobjdump --list-elf|--list-ptx`: the architectures of the embedded SASS or PTX."""
+    tool = cuobjdump()
+    assert tool, "cuobjdump not found in the CUDA torch environment (triton) nor on PATH"
+    out = subprocess.run([tool, f"--list-{what}", str(library)], capture_output=True, text=True, check=False)
+    # cuobjdump names both by the SASS arch ("x.1.sm_80.cubin", "x.1.sm_80.ptx").
+    archs = re.findall(r"\.sm_(\d+a?)\.(?:cubin|ptx)", out.stdout)
+    return sorted({("sm_" if what == "elf" else "compute_") + a for a in archs})
+
+
+@pytest.fixture(scope="module")
+def swiglu_cuda() -> Path:
+    """examples/swiglu built in place, as the README runs it: CPU and CUDA variants."""
+    result = kbuild("build", str(EXAMPLES / "swiglu"), check=True)
+    assert CUDA_VARIANT in result.stderr, result.stderr
+    return EXAMPLES / "swiglu" / "build" / CUDA_VARIANT
+
+
+@needs_nvcc
+def test_swiglu_cuda_variant_embeds_exactly_the_requested_sass(swiglu_cuda):
+    metadata = json.loads((swiglu_cuda / "metadata.json").read_text())
+    assert metadata["backend"] == {"type": "cuda", "archs": ["8.0", "9.0"]}
+    library = swiglu_cuda / f"{metadata['id']}.abi3.so"
+    assert embedded(library, "elf") == ["sm_80", "sm_90"]
+    assert embedded(library, "ptx") == []
+
+
+@needs_nvcc
+def test_swiglu_cuda_variant_registers_cuda_ops_in_its_environment(swiglu_cuda):
+    from kernel_builder.envstore import EnvSpec, find_env
+
+    env = find_env(EnvSpec((2, 14), "cu130"))
+    assert env is not None, "the build should have created the cu130 environment"
+    check = r"""
+import sys, torch
+from kernel_builder.runtime import load_local
+k = load_local(sys.argv[1])
+print(k.__name__)
+name = k.ops.silu_and_mul.default.name()
+assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CUDA"), name
+assert not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"), name
+try:
+    k.ops.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
+except NotImplementedError:
+    print("registered", name)
+"""
+    result = subprocess.run(
+        [env.python, "-c", check, str(swiglu_cuda.parents[1])],
+        capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "registered _swiglu_cuda_" in result.stdout
+
+
+@needs_nvcc
+def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
+    root = copy_example("swiglu", tmp_path)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('cuda-capabilities = ["8.0", "9.0"]', 'cuda-capabilities = ["8.0+PTX"]\ncuda-flags = ["-DSWIGLU_TEST_FLAG=1"]'))
+    result = kbuild("build", str(root), "--variant", CUDA_VARIANT, "--nvcc-threads", "1", "--jobs", "1", check=True)
+    assert "built" in result.stderr
+    folder = root / "build" / CUDA_VARIANT
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert metadata["backend"]["archs"] == ["8.0"]
+    library = folder / f"{metadata['id']}.abi3.so"
+    assert embedded(library, "elf") == ["sm_80"]
+    assert embedded(library, "ptx") == ["compute_80"]
+    # The unit's cuda-flags and the requested parallelism reached nvcc.
+    work = cache_dir("work", short_key(str(root.resolve())), CUDA_VARIANT)
+    assert "NVCC_APPEND_FLAGS=--threads 1" in (work / "build.log").read_text()
+    compile_commands = json.loads((work / "build" / "compile_commands.json").read_text())
+    cu = [c["command"] for c in compile_commands if c["file"].endswith(".cu")]
+    assert cu and "-DSWIGLU_TEST_FLAG=1" in cu[0] and "-gencode=arch=compute_80,code=compute_80" in cu[0]
