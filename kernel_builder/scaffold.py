@@ -32,7 +32,7 @@ __all__ = ["BACKENDS", "BACKEND_FOLDERS", "EXAMPLE_OP", "scaffold", "templates_d
 BACKEND_FOLDERS = {
     "cpu": ("cpu",),
     "cuda": ("cuda",),
-    "rocm": ("cuda",),  # hipcc compiles <python_name>_cuda/scale_add.cu
+    "rocm": ("cuda",),  # hipcc compiles <python_name>_cuda/scale_add_kernel.cu
     "metal": ("metal",),
     "xpu": ("xpu",),
 }

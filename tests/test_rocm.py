@@ -87,6 +87,9 @@ __global__ void fill(float *x) { x[threadIdx.x] = 1.0f; }
 @needs_hipcc
 def test_relu_device_check_builds_one_amdgpu_object_per_arch(tmp_path):
     root = relu_with_archs(tmp_path, ["gfx90a", "gfx908", "gfx942"])
+    # Ecosystem repos often keep the torch glue in a .cu as well: it is named, not compiled.
+    (root / "relu_cuda" / "relu.cpp").rename(root / "relu_cuda" / "relu.cu")
+    (root / "build.toml").write_text((root / "build.toml").read_text().replace("relu_cuda/relu.cpp", "relu_cuda/relu.cu"))
     work, log = tmp_path / "work", tmp_path / "work" / "check.log"
     check = rocm.device_check(load_manifest(root), None, work, log)
 
@@ -209,8 +212,8 @@ def test_include_scan_separates_kernels_from_torch_glue():
     kernel = rocm.scan_includes(root / "relu_cuda" / "relu_kernel.cu", search, root)
     assert kernel.torch is None
     assert {p.name for p in kernel.files} == {"relu_kernel.cu", "relu_kernel.h", "gpu_runtime.h"}
-    glue = rocm.scan_includes(root / "relu_cuda" / "relu.cu", search, root)
-    assert glue.torch == "<ATen/Dispatch.h> in relu_cuda/relu.cu"
+    glue = rocm.scan_includes(root / "relu_cuda" / "relu.cpp", search, root)
+    assert glue.torch == "<ATen/Dispatch.h> in relu_cuda/relu.cpp"
     header = rocm.scan_includes(root / "relu_cuda" / "gpu_compat.h", search, root)
     assert header.torch == "<c10/util/BFloat16.h> in relu_cuda/gpu_compat.h"
 
@@ -256,7 +259,9 @@ def test_compile_spec_against_a_rocm_torch(tmp_path):
     assert spec.cache["CMAKE_HIP_ARCHITECTURES"] == "OFF"
     assert spec.cache["CMAKE_HIP_STANDARD"] == spec.cache["CMAKE_CXX_STANDARD"] == ("20" if env.torch >= (2, 10) else "17")
     (hip,) = [g for g in spec.groups if g.language == "HIP"]
-    assert [Path(f).relative_to(root).as_posix() for f in hip.files] == ["relu_cuda/relu.cu", "relu_cuda/relu_kernel.cu"]
+    assert [Path(f).relative_to(root).as_posix() for f in hip.files] == ["relu_cuda/relu_kernel.cu"]
+    (cxx,) = [g for g in spec.groups if g.language is None and str(root / "relu_cuda" / "relu.cpp") in g.files]
+    assert spec.system_includes == (str(Path(rocm.rocm_root(HIPCC)) / "include"),)  # hip/*.h for the glue
     expected_archs = ("gfx90a",) if old_hipcc() else ("gfx90a", "gfx942")
     assert hip.options == tuple(f"--offload-arch={a}" for a in expected_archs) + ("-DRELU_FLAG",)
     assert str(root / "torch-ext" / "torch_binding.cpp") in [f for g in spec.groups if g.language is None for f in g.files]

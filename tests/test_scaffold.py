@@ -31,7 +31,7 @@ COMMON = {
 }
 PER_FOLDER = {
     "cpu": {"my_op_cpu/scale_add.cpp"},
-    "cuda": {"my_op_cuda/scale_add.cu", "my_op_cuda/scale_add_kernel.cu", "my_op_cuda/scale_add_kernel.h",
+    "cuda": {"my_op_cuda/scale_add.cpp", "my_op_cuda/scale_add_kernel.cu", "my_op_cuda/scale_add_kernel.h",
              "my_op_cuda/gpu_compat.h", "my_op_cuda/gpu_runtime.h"},
     "metal": {"my_op_metal/scale_add.metal", "my_op_metal/scale_add.mm"},
     "xpu": {"my_op_xpu/scale_add.cpp"},
@@ -98,7 +98,7 @@ def test_build_toml_has_one_unit_per_backend(tmp_path, backends):
         for src in unit["src"]:
             assert src in files, f"{backend} unit lists {src}, which was not written"
     if "rocm" in backends:
-        assert "my_op_cuda/scale_add.cu" in toml["kernel"]["my_op_rocm"]["src"]
+        assert "my_op_cuda/scale_add_kernel.cu" in toml["kernel"]["my_op_rocm"]["src"]
         assert toml["kernel"]["my_op_rocm"]["rocm-archs"]
     # Every file the binding and units name exists, and kbuild's own reader accepts it.
     manifest = load_manifest(root)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -9,6 +10,7 @@ import tomllib
 import pytest
 
 from conftest import kbuild
+from kernel_builder.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
 from kernel_builder.scaffold import scaffold
 
@@ -16,7 +18,7 @@ from kernel_builder.scaffold import scaffold
 def test_init_all_backends_writes_every_source(tmp_path):
     files = {p.relative_to(tmp_path / "k").as_posix() for p in scaffold(tmp_path / "k", "my-op", ["cpu", "cuda", "rocm", "metal", "xpu"])}
     for rel in ("build.toml", ".gitignore", ".gitattributes", "README.md", "tests/test_my_op.py", "torch-ext/my_op/__init__.py",
-                "torch-ext/my_op/layers.py", "my_op_cpu/scale_add.cpp", "my_op_cuda/scale_add.cu", "my_op_metal/scale_add.metal",
+                "torch-ext/my_op/layers.py", "my_op_cpu/scale_add.cpp", "my_op_cuda/scale_add_kernel.cu", "my_op_metal/scale_add.metal",
                 "my_op_xpu/scale_add.cpp"):
         assert rel in files, rel
     toml = tomllib.loads((tmp_path / "k" / "build.toml").read_text())
@@ -40,8 +42,14 @@ def test_init_refuses_an_existing_folder(tmp_path):
 
 def test_init_then_build_then_generated_tests_pass(tmp_path):
     kbuild("init", "demo", "--backends", "cpu,cuda", cwd=tmp_path, check=True)
-    result = kbuild("build", "demo", cwd=tmp_path, check=True)
-    assert "built" in result.stderr and "skipped cuda" in result.stderr
+    result = kbuild("build", "demo", "--json", cwd=tmp_path, check=True)
+    rows = {r["backend"]: r for r in json.loads(result.stdout)}
+    assert rows["cpu"]["status"] == "built"
+    if nvcc_path():  # both variants build here: CPU with this torch, CUDA in its managed environment
+        assert rows["cuda"]["status"] == "built" and rows["cuda"]["variant"].endswith("-cu130-x86_64-linux")
+        assert (tmp_path / "demo" / "build" / rows["cuda"]["variant"] / "metadata.json").is_file()
+    else:
+        assert rows["cuda"]["status"] == "skipped" and "nvcc" in rows["cuda"]["detail"]
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "demo/tests"],
                            cwd=tmp_path, capture_output=True, text=True, check=False)
     assert tests.returncode == 0 and "12 passed" in tests.stdout, tests.stdout[-2000:]

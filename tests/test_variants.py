@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -59,17 +60,30 @@ def test_default_matrix_covers_the_compliant_set():
     assert len(names) == len(default_matrix().variants)
 
 
-def test_variants_command_marks_this_machines_variant():
-    result = kbuild("variants", "--json", check=True)
-    rows = json.loads(result.stdout)
-    buildable = [r["variant"] for r in rows if r["buildable"]]
+def test_variants_command_marks_what_this_machine_builds_and_where():
     import torch
 
+    from kernel_builder.backends.cuda import nvcc_path
+
+    result = kbuild("variants", "--json", check=True)
+    rows = {r["variant"]: r for r in json.loads(result.stdout)}
     major, minor = torch.__version__.split(".")[:2]
-    assert buildable == [f"torch{major}{minor}-cxx11-cpu-x86_64-linux"]
-    reasons = {r["variant"]: r["reason"] for r in rows}
-    assert "not a CUDA build" in reasons[f"torch{major}{minor}-cxx11-cu130-x86_64-linux"]
-    assert "needs platform aarch64-darwin" in reasons[f"torch{major}{minor}-metal-aarch64-darwin"]
+    here = rows[f"torch{major}{minor}-cxx11-cpu-x86_64-linux"]
+    assert here["buildable"] and here["environment"].startswith("this interpreter: torch " + torch.__version__)
+    # Another torch is built in a managed environment, found or created on first build.
     other = "212" if f"{major}{minor}" != "212" else "214"
-    assert "needs torch" in reasons[f"torch{other}-cxx11-cpu-x86_64-linux"]
-    assert all(r["buildable"] or r["reason"] for r in rows)
+    managed = rows[f"torch{other}-cxx11-cpu-x86_64-linux"]
+    assert managed["buildable"] and managed["environment"].startswith(f"managed torch{other}-cpu")
+    cu130 = rows["torch214-cxx11-cu130-x86_64-linux"]
+    if nvcc_path():
+        assert cu130["buildable"] and "managed torch214-cu130" in cu130["environment"]
+        # nvcc 13 cannot build CUDA 12 variants: the majors must match.
+        assert "must share the CUDA major version" in rows["torch214-cxx11-cu126-x86_64-linux"]["reason"]
+    else:
+        assert "nvcc not found" in cu130["reason"]
+    assert "needs platform aarch64-darwin" in rows[f"torch{major}{minor}-metal-aarch64-darwin"]["reason"]
+    assert all(r["buildable"] or r["reason"] for r in rows.values())
+    # --env pins one environment: variants it cannot build say what it has.
+    pinned = {r["variant"]: r for r in json.loads(kbuild("variants", "--json", "--env", sys.executable, check=True).stdout)}
+    assert not pinned[f"torch{other}-cxx11-cpu-x86_64-linux"]["buildable"]
+    assert f"has torch {torch.__version__}" in pinned[f"torch{other}-cxx11-cpu-x86_64-linux"]["reason"]

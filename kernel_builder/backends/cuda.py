@@ -151,11 +151,29 @@ def cuda_bounds_reason(manifest: Manifest | None, cuda: tuple[int, int]) -> str 
     return None
 
 
-def wheel_include_dirs(env: BuildEnv) -> tuple[str, ...]:
-    """Headers of the CUDA libraries torch ships as wheels (cuBLAS, cuSPARSE, ...), which
-    a plain toolkit install may lack but ATen/cuda/CUDAContext.h needs (MACHINE.md)."""
+@functools.cache
+def nvcc_include_dirs(nvcc: str) -> tuple[str, ...]:
+    """The include folders nvcc itself passes (`--dryrun` shows them), which also finds the
+    toolkit when `nvcc` on PATH is a wrapper script."""
+    try:
+        out = subprocess.run(
+            [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if "INCLUDES=" in line]
+    found = re.findall(r'"?(?:-I|-isystem"?\s+"?)([^"\s]+)', " ".join(lines))
+    return tuple(dict.fromkeys(str(Path(p).resolve()) for p in found if Path(p).is_dir()))
+
+
+def cuda_include_dirs(nvcc: str, env: BuildEnv) -> tuple[str, ...]:
+    """The toolkit's headers, for .cpp torch glue that the host compiler builds (nvcc adds
+    them itself), then the headers of the CUDA libraries torch ships as wheels (cuBLAS,
+    cuSPARSE, ...), which a plain toolkit may lack but ATen/cuda/CUDAContext.h needs."""
     nvidia = Path(env.torch_dir).parent / "nvidia"
-    return tuple(str(p) for p in sorted(nvidia.glob("*/include")) if p.is_dir())
+    wheels = tuple(str(p) for p in sorted(nvidia.glob("*/include")) if p.is_dir())
+    return nvcc_include_dirs(nvcc) + wheels
 
 
 class CudaBackend:
@@ -263,7 +281,7 @@ class CudaBackend:
             definitions=torch_definitions(job.ops_name, self.macro, env),
             language_options=(("CXX", ("-O3",)), ("CUDA", NVCC_FLAGS)),
             includes=torch_includes(manifest, env, job.work_dir),
-            system_includes=wheel_include_dirs(env),
+            system_includes=cuda_include_dirs(nvcc, env),
             link_dirs=(env.library_dir,),
             link_libraries=("c10", "torch", "torch_cpu", "c10_cuda", "torch_cuda"),
             cache=cache,

@@ -298,6 +298,8 @@ class RocmBackend:
             definitions=torch_definitions(job.ops_name, self.macro, env) + HIP_DEFINITIONS,
             language_options=(("CXX", ("-O3",)), ("HIP", HIPCC_FLAGS)),
             includes=torch_includes(manifest, env, job.work_dir),
+            # The HIP runtime headers for .cpp glue that the host compiler builds.
+            system_includes=(str(Path(rocm) / "include"),),
             link_dirs=(env.library_dir, str(Path(rocm) / "lib")),
             link_libraries=("c10", "torch", "torch_cpu", "c10_hip", "torch_hip", "amdhip64"),
             cache=cache,

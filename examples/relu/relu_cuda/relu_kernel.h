@@ -1,4 +1,4 @@
-// relu's device side, callable without torch: relu.cu (the torch glue) calls
+// relu's device side, callable without torch: relu.cpp (the torch glue) calls
 // it, relu_kernel.cu defines it.
 #pragma once
 

@@ -1,6 +1,6 @@
 // The torch half of the CUDA/ROCm portability header (no hipify needed): the
 // device guard and current stream under CUDA and HIP names, launch checks, and
-// torch's 16-bit types mapped to the toolkit's. The torch glue (scale_add.cu)
+// torch's 16-bit types mapped to the toolkit's. The torch glue (scale_add.cpp)
 // includes it; kernel files include only gpu_runtime.h.
 #pragma once
 

@@ -1,4 +1,4 @@
-// scale_add's device side, callable without torch: scale_add.cu (the torch
+// scale_add's device side, callable without torch: scale_add.cpp (the torch
 // glue) calls it, scale_add_kernel.cu defines it.
 #pragma once
 
