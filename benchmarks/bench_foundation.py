@@ -33,7 +33,10 @@ def main() -> None:
     env = dict(os.environ, KBUILD_CACHE_DIR=str(work / "cache"))
     root = work / "swiglu"
     shutil.copytree(REPO / "examples" / "swiglu", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    kbuild = [sys.executable, "-m", "kernel_builder.cli", "build", str(root)]
+    import torch
+
+    cpu_variant = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
+    kbuild = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", cpu_variant]
     cold = timed(kbuild, env)
     noop = statistics.median(timed(kbuild, env) for _ in range(5))
     print(f"cold CPU build of examples/swiglu: {cold:8.2f} s")
