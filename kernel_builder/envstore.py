@@ -35,7 +35,7 @@ from typing import Callable, Iterator, Sequence
 from kernel_builder.cache import cache_dir
 from kernel_builder.envs import BuildEnv, probe_env
 from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError, KbuildError, VariantError
-from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse
+from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse, xpu_version
 
 MARKER = "kbuild-env.json"
 _LAST_USED = ".kbuild-last-used"  # its mtime is the last time kbuild handed the env out
@@ -53,12 +53,8 @@ def compute_tag(env: BuildEnv) -> str:
     if env.hip:
         return "rocm%d%d" % parse_version(env.hip)  # "7.1.25424-..." -> rocm71
     if env.xpu:
-        # torch.version.xpu is the oneAPI version as YYYYMMPP (20260100 = 2026.1)
-        text = env.xpu
-        if text.isdigit() and len(text) >= 6:
-            return f"xpu{text[:4]}{int(text[4:6])}"
-        m = re.match(r"(\d+)\.(\d+)", text)
-        return f"xpu{m[1]}{m[2]}" if m else "xpu"
+        version = xpu_version(env.xpu)
+        return "xpu%d%d" % version if version else "xpu"
     return "cpu"
 
 

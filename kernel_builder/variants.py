@@ -182,6 +182,14 @@ def noarch_variant(backend: str) -> Variant:
     return Variant(Kind.NOARCH, backend)
 
 
+def xpu_version(text: str) -> tuple[int, int] | None:
+    """(year, minor) from torch.version.xpu: "20250101" (YYYYMMPP, what torch reports for
+    oneAPI 2025.1.1), "20260" (the variant spelling) or "2026.0"."""
+    m = re.fullmatch(r"(\d{4})\.(\d+)(?:\.\d+)*", text) or re.fullmatch(r"(\d{4})(\d{2})\d{2}", text)
+    m = m or re.fullmatch(r"(\d{4})(\d)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def parse_version(text: str) -> tuple[int, int]:
     """'2.13' or '2.13.0+cpu' -> (2, 13)."""
     m = re.match(r"^(\d+)\.(\d+)", text)

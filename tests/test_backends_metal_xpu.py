@@ -23,7 +23,8 @@ import pytest
 from conftest import copy_example
 from kernel_builder.backends import Unavailable, metal, xpu
 from kernel_builder.backends.metal import MetalBackend
-from kernel_builder.backends.xpu import XpuBackend, xpu_version
+from kernel_builder.backends.xpu import XpuBackend
+from kernel_builder.variants import xpu_version
 from kernel_builder.cmake import _tool, render_project
 from kernel_builder.envs import probe_env
 from kernel_builder.errors import KbuildError

@@ -30,7 +30,7 @@ from kernel_builder.backends.cpu import CXX_SUFFIXES
 from kernel_builder.cmake import CompileSpec
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import Manifest
-from kernel_builder.variants import Variant, arch_variant
+from kernel_builder.variants import Variant, arch_variant, xpu_version
 
 # torch's convention for SYCL sources; neither CMake nor icpx knows the extension, so
 # they are C++ explicitly.
@@ -38,14 +38,6 @@ SYCL_SUFFIXES = (".sycl",)
 SYCL_SOURCE_FLAGS = ("-x", "c++")
 
 ICPX_MISSING = "icpx not found on PATH (install Intel oneAPI DPC++/C++ Compiler and source its setvars.sh)"
-
-
-def xpu_version(text: str) -> tuple[int, int] | None:
-    """(year, minor) from torch.version.xpu: "20250101" (YYYYMMPP, what torch reports for
-    oneAPI 2025.1.1), "20260" (the variant spelling) or "2026.0"."""
-    m = re.fullmatch(r"(\d{4})\.(\d+)(?:\.\d+)*", text) or re.fullmatch(r"(\d{4})(\d{2})\d{2}", text)
-    m = m or re.fullmatch(r"(\d{4})(\d)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def icpx_path() -> str | None:
