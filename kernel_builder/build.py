@@ -17,6 +17,7 @@ from kernel_builder.cmake import build_project, render_project
 from kernel_builder.env_choice import EnvChooser
 from kernel_builder.errors import KbuildError
 from kernel_builder.inputs import input_hash
+from kernel_builder.fusion import load_fusions
 from kernel_builder.manifest import Manifest, load_manifest
 from kernel_builder.parallelism import compile_parallelism
 from kernel_builder.plan import BuildJob, plan_build
@@ -111,6 +112,7 @@ def build_kernel(
 
     `jobs` and `nvcc_threads` override the parallelism derived from cores and memory."""
     manifest = load_manifest(kernel_dir)
+    load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
     chooser = chooser or EnvChooser.from_options()
     out = Path(out_dir) if out_dir else manifest.root / "build"
     plan = plan_build(manifest, chooser, out, variants)

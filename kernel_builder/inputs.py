@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from kernel_builder import __version__
+from kernel_builder.fusion import SIDECAR
 from kernel_builder.manifest import Manifest
 from kernel_builder.resources import templates_dir
 
@@ -28,6 +29,9 @@ def input_files(manifest: Manifest) -> list[Path]:
     """Every file a build of this kernel reads from the kernel repo, sorted, deduplicated."""
     root = manifest.root
     files: set[Path] = {manifest.path}
+    sidecar = root / SIDECAR  # kbuild's own declarations (fusion layouts)
+    if sidecar.is_file():
+        files.add(sidecar)
     declared_dirs: list[str] = []
     if manifest.torch is not None:
         files.update(root / p for p in manifest.torch.src)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kernel_builder import __version__
 from kernel_builder.backends import get_backend
+from kernel_builder.fusion import load_fusions, stamp_layouts
 from kernel_builder.plan import BuildJob
 from kernel_builder.provenance import kbuild_git_state
 from kernel_builder.resources import templates_dir
@@ -41,12 +42,22 @@ def package_files(job: BuildJob) -> list[Path]:
 
 
 def stage_variant(job: BuildJob, library: Path | None, input_hash: str) -> Path:
-    """Write the complete variant folder beside its destination and return it."""
+    """Write the complete variant folder beside its destination and return it; on any
+    failure nothing is left behind."""
     job.out_dir.mkdir(parents=True, exist_ok=True)
     staging = job.out_dir / f"{STAGING_PREFIX}{job.variant.name}-{os.getpid()}"
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
+    try:
+        _fill(staging, job, library, input_hash)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def _fill(staging: Path, job: BuildJob, library: Path | None, input_hash: str) -> None:
     package = job.manifest.package_dir
     for path in package_files(job):
         target = staging / path.relative_to(package)
@@ -55,6 +66,7 @@ def stage_variant(job: BuildJob, library: Path | None, input_hash: str) -> Path:
     if not (staging / "layers.py").exists() and not (staging / "layers").is_dir():
         # The runtime looks for `layers`; a kernel without layers gets an empty module.
         (staging / "layers.py").write_text('"""This kernel defines no layers."""\n\n__all__: list[str] = []\n')
+    stamp_layouts(staging, load_fusions(job.manifest.root))
     if library is not None:
         shutil.copy2(library, staging / job.library_name)
     ops = _render(
@@ -67,7 +79,6 @@ def stage_variant(job: BuildJob, library: Path | None, input_hash: str) -> Path:
     (staging / "_ops.py").write_text(ops)
     metadata = build_metadata(job, hash_variant(staging), input_hash)
     (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
-    return staging
 
 
 def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dict:
