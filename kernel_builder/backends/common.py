@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 
-from kernel_builder.cmake import SourceGroup, generated_include_dir
+from kernel_builder.cmake import CompileSpec, SourceGroup, generated_include_dir
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import KernelUnit, Manifest
 from kernel_builder.variants import Variant, default_matrix, parse_version
@@ -96,4 +96,34 @@ def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ..
         str(manifest.root),
         *env.include_dirs,
         env.python_include,
+    )
+
+
+TORCH_LIBRARIES = ("c10", "torch", "torch_cpu")
+
+
+def torch_spec(
+    job,
+    macro: str,
+    languages: tuple[str, ...],
+    groups: list[SourceGroup | None],
+    *,
+    definitions: tuple[str, ...] = (),
+    link_dirs: tuple[str, ...] = (),
+    link_libraries: tuple[str, ...] = (),
+    **fields,
+) -> CompileSpec:
+    """The CompileSpec every torch backend shares (the library named after the op
+    namespace, torch's defines, headers and libraries), plus the backend's own `fields`."""
+    env = job.env
+    return CompileSpec(
+        target=job.ops_name,
+        suffix=".abi3.so",
+        languages=languages,
+        groups=tuple(g for g in groups if g is not None),
+        definitions=torch_definitions(job.ops_name, macro, env) + definitions,
+        includes=torch_includes(job.manifest, env, job.work_dir),
+        link_dirs=(env.library_dir, *link_dirs),
+        link_libraries=TORCH_LIBRARIES + link_libraries,
+        **fields,
     )

@@ -14,8 +14,7 @@ from kernel_builder.backends.common import (
     cxx_standard,
     host_platform,
     newest_admitted,
-    torch_definitions,
-    torch_includes,
+    torch_spec,
     unit_group,
 )
 from kernel_builder.cmake import CompileSpec
@@ -71,21 +70,15 @@ class CpuBackend:
         manifest, env = job.manifest, job.env
         groups = [binding_group(manifest, CXX_SUFFIXES)]
         groups += [unit_group(manifest, u, CXX_SUFFIXES, u.cxx_flags) for u in manifest.units_for(self.name)]
-        definitions = torch_definitions(job.ops_name, self.macro, env)
+        definitions: tuple[str, ...] = ()  # beyond torch's own (common.torch_spec)
         if job.variant.torch and job.variant.kind.value == "stable-abi":
             major, minor = job.variant.torch
             definitions += (f"TORCH_TARGET_VERSION=(((0ULL + {major}) << 56) | ((0ULL + {minor}) << 48))",)
         compiler = cxx_compiler()
-        return CompileSpec(
-            target=job.ops_name,
-            suffix=".abi3.so",
-            languages=("CXX",),
-            groups=tuple(g for g in groups if g is not None),
+        return torch_spec(
+            job, self.macro, ("CXX",), groups,
             definitions=definitions,
             options=("-O3", "-fopenmp"),
-            includes=torch_includes(manifest, env, job.work_dir),
-            link_dirs=(env.library_dir,),
-            link_libraries=("c10", "torch", "torch_cpu"),
             link_options=("-fopenmp",),
             cache={"CMAKE_CXX_STANDARD": cxx_standard(env), **({"CMAKE_CXX_COMPILER": compiler} if compiler else {})},
         )

@@ -21,8 +21,7 @@ from kernel_builder.backends.common import (
     cxx_standard,
     host_platform,
     newest_admitted,
-    torch_definitions,
-    torch_includes,
+    torch_spec,
     unit_group,
 )
 from kernel_builder.backends.cpu import CXX_SUFFIXES, cxx_compiler
@@ -273,17 +272,11 @@ class CudaBackend:
         }
         if compiler:
             cache.update(CMAKE_CXX_COMPILER=compiler, CMAKE_CUDA_HOST_COMPILER=compiler)
-        return CompileSpec(
-            target=job.ops_name,
-            suffix=".abi3.so",
-            languages=("CXX", "CUDA"),
-            groups=tuple(g for g in groups if g is not None),
-            definitions=torch_definitions(job.ops_name, self.macro, env),
+        return torch_spec(
+            job, self.macro, ("CXX", "CUDA"), groups,
             language_options=(("CXX", ("-O3",)), ("CUDA", NVCC_FLAGS)),
-            includes=torch_includes(manifest, env, job.work_dir),
             system_includes=cuda_include_dirs(nvcc, env),
-            link_dirs=(env.library_dir,),
-            link_libraries=("c10", "torch", "torch_cpu", "c10_cuda", "torch_cuda"),
+            link_libraries=("c10_cuda", "torch_cuda"),
             cache=cache,
         )
 

@@ -21,8 +21,7 @@ from kernel_builder.backends.common import (
     compiled_files,
     cxx_standard,
     host_platform,
-    torch_definitions,
-    torch_includes,
+    torch_spec,
     unit_group,
 )
 from kernel_builder.backends.cpu import CXX_SUFFIXES
@@ -195,7 +194,7 @@ class MetalBackend:
         units = manifest.units_for(self.name)
         groups = [binding_group(manifest, CXX_SUFFIXES)]
         commands: tuple[CustomCommand, ...] = ()
-        definitions = torch_definitions(job.ops_name, self.macro, env)
+        definitions: tuple[str, ...] = ()  # beyond torch's own (common.torch_spec)
         for unit in units:
             groups.append(unit_group(manifest, unit, OBJCXX_SUFFIXES, OBJCXX_FLAGS + unit.cxx_flags))
             groups.append(unit_group(manifest, unit, CXX_SUFFIXES, unit.cxx_flags))
@@ -209,16 +208,10 @@ class MetalBackend:
                 f'EMBEDDED_METALLIB_HEADER="{HEADER_NAME}"',
                 f"EMBEDDED_METALLIB_NAMESPACE={embedded_namespace(job)}",
             )
-        return CompileSpec(
-            target=job.ops_name,
-            suffix=".abi3.so",
-            languages=("CXX",),
-            groups=tuple(g for g in groups if g is not None),
+        return torch_spec(
+            job, self.macro, ("CXX",), groups,
             definitions=definitions,
             options=("-O3",),
-            includes=torch_includes(manifest, env, job.work_dir),
-            link_dirs=(env.library_dir,),
-            link_libraries=("c10", "torch", "torch_cpu"),
             link_options=LINK_OPTIONS,
             cache={
                 "CMAKE_CXX_COMPILER": APPLE_CLANGXX,

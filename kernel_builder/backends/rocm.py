@@ -29,8 +29,7 @@ from kernel_builder.backends.common import (
     compiled_files,
     cxx_standard,
     host_platform,
-    torch_definitions,
-    torch_includes,
+    torch_spec,
     unit_group,
 )
 from kernel_builder.backends.cpu import CXX_SUFFIXES, cxx_compiler
@@ -290,18 +289,14 @@ class RocmBackend:
         compiler = cxx_compiler()
         if compiler:
             cache["CMAKE_CXX_COMPILER"] = compiler
-        return CompileSpec(
-            target=job.ops_name,
-            suffix=".abi3.so",
-            languages=("CXX", "HIP"),
-            groups=tuple(g for g in groups if g is not None),
-            definitions=torch_definitions(job.ops_name, self.macro, env) + HIP_DEFINITIONS,
+        return torch_spec(
+            job, self.macro, ("CXX", "HIP"), groups,
+            definitions=HIP_DEFINITIONS,
             language_options=(("CXX", ("-O3",)), ("HIP", HIPCC_FLAGS)),
-            includes=torch_includes(manifest, env, job.work_dir),
             # The HIP runtime headers for .cpp glue that the host compiler builds.
             system_includes=(str(Path(rocm) / "include"),),
-            link_dirs=(env.library_dir, str(Path(rocm) / "lib")),
-            link_libraries=("c10", "torch", "torch_cpu", "c10_hip", "torch_hip", "amdhip64"),
+            link_dirs=(str(Path(rocm) / "lib"),),
+            link_libraries=("c10_hip", "torch_hip", "amdhip64"),
             cache=cache,
         )
 

@@ -22,8 +22,7 @@ from kernel_builder.backends.common import (
     binding_group,
     cxx_standard,
     host_platform,
-    torch_definitions,
-    torch_includes,
+    torch_spec,
     unit_group,
 )
 from kernel_builder.backends.cpu import CXX_SUFFIXES
@@ -101,17 +100,12 @@ class XpuBackend:
                 # SHELL: keeps the group whole; CMake de-duplicates link options one by
                 # one, which would merge the second `-Xs` of a unit into the first.
                 link_options.append("SHELL:" + shlex.join(unit.sycl_flags))
-        return CompileSpec(
-            target=job.ops_name,
-            suffix=".abi3.so",
-            languages=("CXX",),
-            groups=tuple(g for g in groups if g is not None),
+        return torch_spec(
+            job, self.macro, ("CXX",), groups,
             # USE_XPU as well, as kernel-builder defines it for XPU builds.
-            definitions=torch_definitions(job.ops_name, self.macro, env) + ("USE_XPU",),
+            definitions=("USE_XPU",),
             options=("-O3", "-fsycl"),
-            includes=torch_includes(manifest, env, job.work_dir),
-            link_dirs=(env.library_dir,),
-            link_libraries=("c10", "torch", "torch_cpu", "c10_xpu", "torch_xpu"),
+            link_libraries=("c10_xpu", "torch_xpu"),
             link_options=tuple(dict.fromkeys(link_options)),
             cache={"CMAKE_CXX_COMPILER": icpx_path() or "icpx", "CMAKE_CXX_STANDARD": cxx_standard(env)},
         )
