@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -36,3 +38,35 @@ def copy_example(name: str, dest: Path) -> Path:
     target = dest / name
     shutil.copytree(EXAMPLES / name, target, ignore=shutil.ignore_patterns("build", "__pycache__"))
     return target
+
+
+@dataclasses.dataclass
+class BuiltExample:
+    root: Path
+    rows: dict  # backend -> its row of `kbuild build --json`
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def built_example():
+    """`kbuild build examples/<name>` in place, as the README runs it, once per session:
+    every backend this machine can build or check."""
+    built: dict[str, BuiltExample] = {}
+
+    def build(name: str) -> BuiltExample:
+        if name not in built:
+            result = kbuild("build", str(EXAMPLES / name), "--json", check=True)
+            rows = {row["backend"]: row for row in json.loads(result.stdout)}
+            built[name] = BuiltExample(EXAMPLES / name, rows, result.stderr)
+        return built[name]
+
+    return build
+
+
+def run_example_tests(root: Path) -> subprocess.CompletedProcess:
+    """An example's own test suite, in a fresh interpreter, against its build/."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        cwd=root, capture_output=True, text=True, check=False,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+    )

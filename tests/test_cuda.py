@@ -8,7 +8,6 @@ is what the test checks; running them needs a GPU (see the device checks in benc
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLES, REPO, copy_example, kbuild
+from conftest import copy_example, kbuild
 from kernel_builder.backends.cuda import (
     default_capabilities,
     effective_capabilities,
@@ -85,7 +84,7 @@ def test_nvcc_lists_its_architectures():
 def test_general_cuda_bounds_skip_the_backend_with_the_reason(tmp_path):
     root = copy_example("swiglu", tmp_path)
     toml = root / "build.toml"
-    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda"]', 'backends = ["cpu", "cuda"]\n\n[general.cuda]\nmaxver = "12.8"'))
+    toml.write_text(toml.read_text().replace("\n[torch]\n", '\n[general.cuda]\nmaxver = "12.8"\n\n[torch]\n', 1))
     result = kbuild("build", str(root), "--json", "--no-create-env", "--variant", "torch213-cxx11-cu130-x86_64-linux")
     assert result.returncode == 2 and "[general.cuda] maxver 12.8 excludes CUDA 13.0" in result.stderr
 
@@ -116,47 +115,12 @@ def embedded(library: Path, what: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def swiglu_cuda() -> Path:
-    """examples/swiglu built in place, as the README runs it: CPU and CUDA variants."""
-    result = kbuild("build", str(EXAMPLES / "swiglu"), check=True)
-    assert CUDA_VARIANT in result.stderr, result.stderr
-    return EXAMPLES / "swiglu" / "build" / CUDA_VARIANT
-
-
-@needs_nvcc
-def test_swiglu_cuda_variant_embeds_exactly_the_requested_sass(swiglu_cuda):
-    metadata = json.loads((swiglu_cuda / "metadata.json").read_text())
-    assert metadata["backend"] == {"type": "cuda", "archs": ["8.0", "9.0"]}
-    library = swiglu_cuda / f"{metadata['id']}.abi3.so"
-    assert embedded(library, "elf") == ["sm_80", "sm_90"]
-    assert embedded(library, "ptx") == []
-
-
-@needs_nvcc
-def test_swiglu_cuda_variant_registers_cuda_ops_in_its_environment(swiglu_cuda):
-    from kernel_builder.envstore import EnvSpec, find_env
-
-    env = find_env(EnvSpec((2, 14), "cu130"))
-    assert env is not None, "the build should have created the cu130 environment"
-    check = r"""
-import sys, torch
-from kernel_builder.runtime import load_local
-k = load_local(sys.argv[1])
-print(k.__name__)
-name = k.ops.silu_and_mul.default.name()
-assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CUDA"), name
-assert not torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"), name
-try:
-    k.ops.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8))
-except NotImplementedError:
-    print("registered", name)
-"""
-    result = subprocess.run(
-        [env.python, "-c", check, str(swiglu_cuda.parents[1])],
-        capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(REPO)),
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "registered _swiglu_cuda_" in result.stdout
+def swiglu_cuda(built_example) -> Path:
+    """examples/swiglu built in place, as the README runs it: CPU and CUDA variants (their
+    SASS and registration are checked in test_example_kernels.py)."""
+    built = built_example("swiglu")
+    assert built.rows["cuda"]["variant"] == CUDA_VARIANT, built.rows["cuda"]
+    return built.root / "build" / CUDA_VARIANT
 
 
 @needs_nvcc

@@ -1,0 +1,35 @@
+"""Fixtures for the flash-attn tests.
+
+The tests run against an already built kernel: ``kbuild build examples/flash-attn``
+writes ``build/<variant>/`` next to build.toml, and the ``flash_attn`` fixture imports
+the variant for this system from there (kbuild's loader, else the ``kernels`` one)."""
+
+import pathlib
+
+import pytest
+
+KERNEL_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_flash_attn(root: pathlib.Path = KERNEL_ROOT):
+    try:
+        from kernel_builder.runtime import load_local
+    except ImportError:
+        load_local = None
+    if load_local is not None:
+        return load_local(root)
+    import kernels
+
+    return kernels.get_local_kernel(pathlib.Path(root), backend="cpu")
+
+
+@pytest.fixture(scope="session")
+def kernel_root() -> pathlib.Path:
+    return KERNEL_ROOT
+
+
+@pytest.fixture(scope="session")
+def flash_attn(kernel_root):
+    if not (kernel_root / "build").is_dir():
+        pytest.skip("no build/ folder: run `kbuild build examples/flash-attn` first")
+    return load_flash_attn(kernel_root)

@@ -1,0 +1,38 @@
+"""Fixtures for the layer-norm tests.
+
+The tests run against an already built kernel: ``kbuild build examples/layer-norm``
+writes ``build/<variant>/`` next to build.toml, and the ``ln`` fixture imports
+the variant for this system from there (kbuild's loader, else the ``kernels``
+package).
+"""
+
+import pathlib
+
+import pytest
+
+KERNEL_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_kernel(root: pathlib.Path = KERNEL_ROOT):
+    """Import the built layer-norm kernel under ``root`` (the folder with build.toml)."""
+    try:
+        from kernel_builder.runtime import load_local
+    except ImportError:
+        load_local = None
+    if load_local is not None:
+        return load_local(root)
+    import kernels
+
+    return kernels.get_local_kernel(pathlib.Path(root), backend="cpu")
+
+
+@pytest.fixture(scope="session")
+def kernel_root() -> pathlib.Path:
+    return KERNEL_ROOT
+
+
+@pytest.fixture(scope="session")
+def ln(kernel_root):
+    if not (kernel_root / "build").is_dir():
+        pytest.skip("no build/ folder: run `kbuild build examples/layer-norm` first")
+    return load_kernel(kernel_root)
