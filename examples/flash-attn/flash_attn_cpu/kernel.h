@@ -278,17 +278,17 @@ void gemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t a_rs, int64_t
 
 // dst[d * kBlockK + j] = element d of key j of a block (K^T or V^T), where
 // load(j, row) writes the D elements of key j (zeros past the sequence). Keys
-// go 16 at a time through a small buffer, so that the strided writes fill
-// whole cache lines while everything stays in L1.
-template <int D, class Load>
+// go 16 at a time through a small buffer, transposed 16 x 16 at a time by the
+// SIMD policy, so that the strided writes fill whole cache lines while
+// everything stays in L1.
+template <class V, int D, class Load>
 inline void pack_transposed(float *dst, Load &&load) {
   constexpr int kKeys = 16;
+  static_assert(D % kKeys == 0 && kBlockK % kKeys == 0, "16 x 16 transposes");
   float rows[kKeys][D];
   for (int64_t j0 = 0; j0 < kBlockK; j0 += kKeys) {
     for (int jj = 0; jj < kKeys; ++jj) load(j0 + jj, rows[jj]);
-    for (int d = 0; d < D; ++d) {
-      for (int jj = 0; jj < kKeys; ++jj) dst[d * kBlockK + j0 + jj] = rows[jj][d];
-    }
+    for (int d0 = 0; d0 < D; d0 += kKeys) V::transpose16(&rows[0][d0], D, dst + d0 * kBlockK + j0, kBlockK);
   }
 }
 
@@ -314,7 +314,7 @@ struct F32Tiles {
     for (int64_t r = 0; r < rows; ++r) load_row(p.q, p.q_offset(b, i0 + r, h), p.dtype, q + r * D, D);
   }
   static void pack_k(const FwdParams &p, int64_t b, int64_t kvh, int64_t j0, int64_t kn, float *kt) {
-    pack_transposed<D>(kt, [&](int64_t j, float *row) {
+    pack_transposed<V, D>(kt, [&](int64_t j, float *row) {
       if (j < kn) {
         load_row(p.k, p.k_offset(b, j0 + j, kvh), p.dtype, row, D);
       } else {
@@ -609,8 +609,8 @@ struct Backward {
             for (int d = 0; d < D; ++d) row[d] = src ? src[d] : 0.0f;
           };
         };
-        pack_transposed<D>(w.kt + idx * kBlockElems, rows_of(kf, &FwdParams::k_offset));
-        pack_transposed<D>(w.vt + idx * kBlockElems, rows_of(vf, &FwdParams::v_offset));
+        pack_transposed<V, D>(w.kt + idx * kBlockElems, rows_of(kf, &FwdParams::k_offset));
+        pack_transposed<V, D>(w.vt + idx * kBlockElems, rows_of(vf, &FwdParams::v_offset));
       }
     };
     parallel_chunks(rt, int64_t(p.heads_k) * bl.total_kblocks, pack);

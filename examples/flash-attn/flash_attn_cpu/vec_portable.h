@@ -83,6 +83,12 @@ struct VecPortable {
     for (int i = 0; i < W; ++i) r.v[i] = i < n ? a.v[i] : fill;
     return r;
   }
+  // dst[c * dst_ld + r] = src[r * src_ld + c] for r, c < W.
+  static void transpose16(const float *src, int64_t src_ld, float *dst, int64_t dst_ld) {
+    for (int c = 0; c < W; ++c) {
+      for (int r = 0; r < W; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+  }
   // 2^x for x <= 0 (clamped at -126, where the result stays a normal float):
   // x = n + f with |f| <= 1/2, 2^f by exp2_poly.h, 2^n from the exponent bits.
   // Plain float and integer arithmetic, so the loop vectorizes without libm.

@@ -36,6 +36,44 @@ struct VecAvx512 {
     const __mmask16 keep = n <= 0 ? 0 : n >= W ? 0xffff : static_cast<__mmask16>((1u << n) - 1u);
     return _mm512_mask_blend_ps(keep, _mm512_set1_ps(fill), a);
   }
+  // dst[c * dst_ld + r] = src[r * src_ld + c] for r, c < 16, in registers.
+  static void transpose16(const float *src, int64_t src_ld, float *dst, int64_t dst_ld) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_ld);
+    // Interleave the 32-bit elements of row pairs, then 64-bit pairs of those:
+    // each 128-bit lane now holds a 4 x 4 block, transposed.
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+      const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+      const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+      r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    // Then whole 128-bit lanes: even and odd lanes of rows 4 apart, then 8 apart.
+#pragma GCC unroll 2
+    for (int h = 0; h < 16; h += 8) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+        t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+      r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * dst_ld, r[i]);
+  }
   // 2^x for x <= 0 as vec_portable.h computes it; vscalefps applies 2^n.
   static F exp2(F x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
