@@ -15,13 +15,14 @@ from typing import Callable
 from kernel_builder.backends import get_backend
 from kernel_builder.cmake import build_project, render_project
 from kernel_builder.env_choice import EnvChooser
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import KbuildError, VariantError
 from kernel_builder.inputs import input_hash
 from kernel_builder.fusion import load_fusions
 from kernel_builder.manifest import Manifest, load_manifest
 from kernel_builder.parallelism import compile_parallelism
 from kernel_builder.plan import BuildJob, plan_build
 from kernel_builder.runtime.digest import verify_digest
+from kernel_builder.selection import resolve
 from kernel_builder.stamp import install, remove_stale_staging, stage_variant
 
 
@@ -37,6 +38,11 @@ class JobResult:
     @property
     def ok(self) -> bool:
         return self.status != "failed"
+
+    @property
+    def label(self) -> str:
+        """The variant, or the backend where none was chosen (a skipped backend, a device check)."""
+        return self.backend if self.variant.startswith("(") else self.variant
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -107,17 +113,25 @@ def build_kernel(
     on_build: Callable[[BuildJob], None] | None = None,
     jobs: int | None = None,
     nvcc_threads: int | None = None,
+    matrix: str | None = None,
+    shard: str | None = None,
 ) -> tuple[Manifest, list[JobResult]]:
-    """Build `kernel_dir` for this machine (or exactly `variants`) into out_dir (default build/).
+    """Build `kernel_dir` for this machine (or exactly `variants`, or the `matrix` selection,
+    optionally one `shard` of it) into out_dir (default build/). Selected variants this
+    machine cannot build are skipped with the reason.
 
     `jobs` and `nvcc_threads` override the parallelism derived from cores and memory."""
+    if matrix is not None and variants:
+        raise VariantError("--matrix and --variant both choose the variants; use one of them")
     manifest = load_manifest(kernel_dir)
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
+    selected = resolve(manifest, matrix, shard)
     chooser = chooser or EnvChooser.from_options()
     out = Path(out_dir) if out_dir else manifest.root / "build"
-    plan = plan_build(manifest, chooser, out, variants)
+    requested = variants if selected is None else tuple(selected)
+    plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
     remove_stale_staging(out)
-    results = [JobResult(f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
+    results = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
     results += [run_job(job, chooser, on_build, jobs, nvcc_threads) for job in plan.jobs]
     results += [run_device_check(manifest, backend, chooser, work_dir) for backend, work_dir in plan.device_checks]
     return manifest, results

@@ -33,20 +33,53 @@ def _print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
+def _print_variant_rows(title: str, rows: list[dict]) -> None:
+    """The table of `kbuild variants` and `kbuild plan` (rows from kernel_builder.host.variant_row)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(title))
+    table.add_column("variant")
+    table.add_column("here")
+    table.add_column("environment, or why not")
+    for row in rows:
+        here = "[green]yes[/]" if row["buildable"] else "no"
+        table.add_row(escape(row["variant"] or f"({row['backend']})"), here, escape(row["environment"] or row["reason"] or ""))
+    _console().print(table)
+
+
+def _environments_title(chooser) -> str:
+    return chooser.primary.describe() if chooser.primary else "no torch in the running interpreter"
+
+
+MATRIX_OPTION = typer.Option(
+    None, "--matrix", "-m",
+    help="Select variants of the default matrix that the kernel admits: 'all', or terms that all must hold, "
+    "e.g. 'torch>=2.13 backend=cuda,cpu arch=x86_64' or a glob 'torch21[34]-*-cu13*' (see README).",
+)
+SHARD_OPTION = typer.Option(
+    None, "--shard", help="With --matrix: take shard I of N (1-based, e.g. 2/3), a stable 1/N of the selected variants."
+)
+ENV_OPTION = typer.Option(
+    None, "--env", help="Build in this existing environment (a venv folder or its python) instead of the running one."
+)
+CREATE_ENV_OPTION = typer.Option(
+    True, "--create-env/--no-create-env",
+    help="Create a missing build environment for a variant (a venv with the right torch, cached), or skip it.",
+)
+
+
 @app.command()
 def build(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
     variant: Optional[List[str]] = typer.Option(
         None, "--variant", "-V", help="Build exactly this variant (repeatable), e.g. torch213-cxx11-cpu-x86_64-linux."
     ),
+    matrix: Optional[str] = MATRIX_OPTION,
+    shard: Optional[str] = SHARD_OPTION,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: KERNEL_DIR/build)."),
-    env: Optional[Path] = typer.Option(
-        None, "--env", help="Build in this existing environment (a venv folder or its python) instead of the running one."
-    ),
-    create_env: bool = typer.Option(
-        True, "--create-env/--no-create-env",
-        help="Create a missing build environment for a variant (a venv with the right torch, cached), or skip it.",
-    ),
+    env: Optional[Path] = ENV_OPTION,
+    create_env: bool = CREATE_ENV_OPTION,
     torch_index: Optional[str] = typer.Option(
         None, "--torch-index", help="pip index URL for torch when creating an environment (default: by flavour)."
     ),
@@ -56,7 +89,7 @@ def build(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Build the kernel for this machine's variants: one folder per variant under build/."""
+    """Build the kernel for this machine's variants (or --variant, or a --matrix selection): one folder per variant under build/."""
     from rich.markup import escape
 
     from kernel_builder.build import build_kernel
@@ -73,7 +106,8 @@ def build(
     compile_parallelism(jobs=jobs, nvcc_threads=nvcc_threads)  # a bad value fails here, before any work
     chooser = EnvChooser.from_options(env, create=create_env, index=torch_index, say=say)
     manifest, results = build_kernel(
-        kernel_dir, tuple(variant or ()), out, chooser=chooser, on_build=started, jobs=jobs, nvcc_threads=nvcc_threads
+        kernel_dir, tuple(variant or ()), out, chooser=chooser, on_build=started, jobs=jobs, nvcc_threads=nvcc_threads,
+        matrix=matrix, shard=shard,
     )
     if as_json:
         _print_json([r.__dict__ for r in results])
@@ -81,9 +115,9 @@ def build(
         out_dir = Path(out) if out else manifest.root / "build"
         for r in results:
             if r.status == "skipped":
-                console.print(f"[yellow]skipped[/] {r.backend}: {escape(r.detail)}")
+                console.print(f"[yellow]skipped[/] {r.label}: {escape(r.detail)}")
             elif r.status == "checked":
-                console.print(f"[cyan]checked[/] {r.backend}: {escape(r.detail)}")
+                console.print(f"[cyan]checked[/] {r.label}: {escape(r.detail)}")
             elif r.status == "failed":
                 console.print(f"[red]failed[/]  {r.variant}: {escape(r.detail)}")
             else:
@@ -91,7 +125,35 @@ def build(
     if any(not r.ok for r in results):
         raise typer.Exit(1)
     if not any(r.status in ("built", "up-to-date", "checked") for r in results):
-        raise KbuildError(f"nothing to build for '{manifest.name}' on this machine: every backend was skipped")
+        skipped = "selected variant" if matrix is not None else "backend"
+        raise KbuildError(f"nothing to build for '{manifest.name}' on this machine: every {skipped} was skipped")
+
+
+@app.command()
+def plan(
+    kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
+    matrix: Optional[str] = MATRIX_OPTION,
+    shard: Optional[str] = SHARD_OPTION,
+    env: Optional[Path] = ENV_OPTION,
+    create_env: bool = CREATE_ENV_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the jobs as a JSON list."),
+) -> None:
+    """Print the jobs `kbuild build` would run with these options, and why it skips the rest; builds nothing."""
+    from kernel_builder.env_choice import EnvChooser
+    from kernel_builder.manifest import load_manifest
+    from kernel_builder.plan import plan_build
+    from kernel_builder.selection import resolve
+
+    manifest = load_manifest(kernel_dir)
+    selected = resolve(manifest, matrix, shard)
+    chooser = EnvChooser.from_options(env, create=create_env)
+    out = manifest.root / "build"
+    rows = plan_build(manifest, chooser, out, tuple(selected or ()), skip_unbuildable=True).rows(chooser)
+    if as_json:
+        _print_json(rows)
+        return
+    builds = sum(row["buildable"] for row in rows)
+    _print_variant_rows(f"{manifest.name}: {builds} of {len(rows)} build here ({_environments_title(chooser)})", rows)
 
 
 @app.command()
@@ -102,35 +164,18 @@ def variants(
 ) -> None:
     """List the default variant matrix and mark what this machine can build (and why not)."""
     from kernel_builder.env_choice import EnvChooser
-    from kernel_builder.host import why_not
+    from kernel_builder.host import judge
     from kernel_builder.manifest import load_manifest
     from kernel_builder.variants import BACKENDS, default_matrix
 
     manifest = load_manifest(kernel_dir) if kernel_dir is not None else None
     backends = manifest.general.backends if manifest else BACKENDS
     chooser = EnvChooser.from_options(env)
-    rows = []
-    for v in default_matrix().variants:
-        if v.backend not in backends:
-            continue
-        reason = why_not(manifest, v, chooser)
-        where = chooser.describe_for(v) if reason is None else None
-        rows.append({"variant": v.name, "backend": v.backend, "buildable": reason is None, "environment": where, "reason": reason})
+    rows = [judge(manifest, v, chooser) for v in default_matrix().variants if v.backend in backends]
     if as_json:
         _print_json(rows)
         return
-    from rich.markup import escape
-    from rich.table import Table
-
-    title = chooser.primary.describe() if chooser.primary else "no torch in the running interpreter"
-    table = Table(title=f"variants ({title})")
-    table.add_column("variant")
-    table.add_column("here")
-    table.add_column("environment, or why not")
-    for row in rows:
-        here = "[green]yes[/]" if row["buildable"] else "no"
-        table.add_row(row["variant"], here, escape(row["environment"] or row["reason"] or ""))
-    _console().print(table)
+    _print_variant_rows(f"variants ({_environments_title(chooser)})", rows)
 
 
 @app.command()

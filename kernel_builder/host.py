@@ -51,3 +51,15 @@ def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) ->
         target = backend.target(manifest, chooser.primary) if chooser.primary else None
         return target.reason if isinstance(target, Unavailable) else f"kbuild cannot make a {variant.backend} build environment"
     return toolchain(manifest, variant) or chooser.unavailable_reason(variant)
+
+
+def variant_row(variant: str | None, backend: str, reason: str | None = None, environment: str | None = None) -> dict:
+    """One row of `kbuild variants` and `kbuild plan`: buildable here and in which
+    environment, or why not (variant None: a whole backend)."""
+    return {"variant": variant, "backend": backend, "buildable": reason is None, "environment": environment, "reason": reason}
+
+
+def judge(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) -> dict:
+    """`variant_row` for one variant of the matrix."""
+    reason = why_not(manifest, variant, chooser)
+    return variant_row(variant.name, variant.backend, reason, None if reason else chooser.describe_for(variant))

@@ -10,7 +10,7 @@ from kernel_builder.cache import cache_dir, short_key
 from kernel_builder.env_choice import EnvChooser
 from kernel_builder.envs import BuildEnv
 from kernel_builder.errors import VariantError
-from kernel_builder.host import torch_bounds_reason, why_not
+from kernel_builder.host import torch_bounds_reason, variant_row, why_not
 from kernel_builder.inputs import content_hash, input_files
 from kernel_builder.manifest import Manifest
 from kernel_builder.provenance import GitState, git_state
@@ -57,6 +57,7 @@ class BuildJob:
 class Skip:
     backend: str
     reason: str
+    variant: str | None = None  # None: the whole backend (no variant chosen for it)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,14 @@ class Plan:
     # Backends that cannot build a variant here but can compile-check their device code
     # (ROCm without a ROCm torch), with the folder to do it in.
     device_checks: tuple[tuple[str, Path], ...] = ()
+
+    def rows(self, chooser: EnvChooser) -> list[dict]:
+        """What `kbuild plan` prints: each job with its environment, each skip with its reason."""
+        rows = [variant_row(j.variant.name, j.backend, environment=chooser.describe_for(j.variant)) for j in self.jobs]
+        rows += [variant_row(s.variant, s.backend, s.reason) for s in self.skips]
+        rows += [variant_row(None, b, "no variant can be built here; its device code is compiled as a check")
+                 for b, _ in self.device_checks]
+        return rows
 
 
 def kernel_identity(manifest: Manifest, out_dir: Path) -> tuple[str, GitState | None]:
@@ -99,9 +108,15 @@ def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -
 
 
 def plan_build(
-    manifest: Manifest, chooser: EnvChooser, out_dir: Path, requested: tuple[str, ...] = ()
+    manifest: Manifest,
+    chooser: EnvChooser,
+    out_dir: Path,
+    requested: tuple[str | Variant, ...] = (),
+    skip_unbuildable: bool = False,
 ) -> Plan:
     """The jobs for `manifest` on this machine; with `requested`, exactly those variants.
+    A requested variant this machine cannot build is an error (`--variant`), or with
+    `skip_unbuildable` a skip that says why (`--matrix`).
 
     A job whose variant needs a managed environment carries env=None; the build creates
     or finds that environment when the job runs (kbuild.build), not while planning."""
@@ -113,14 +128,17 @@ def plan_build(
         return BuildJob(manifest, env, variant, variant.backend, kernel_id, source, out_dir, work_root / variant.name)
 
     if requested:
-        variants = {}
-        for name in requested:
-            variant = Variant.parse(name)
+        variants, skipped = {}, []
+        for item in requested:
+            variant = item if isinstance(item, Variant) else Variant.parse(item)
             reason = why_not(manifest, variant, chooser)
+            if reason and not skip_unbuildable:
+                raise VariantError(f"cannot build {variant.name} here: {reason}")
             if reason:
-                raise VariantError(f"cannot build {name} here: {reason}")
-            variants[variant.name] = variant
-        return Plan(tuple(job(v) for v in variants.values()), ())
+                skipped.append(Skip(variant.backend, reason, variant.name))
+            else:
+                variants[variant.name] = variant
+        return Plan(tuple(job(v) for v in variants.values()), tuple(skipped))
 
     jobs, skips, checks = [], [], []
     for backend in manifest.general.backends:

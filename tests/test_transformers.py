@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 
 pytest.importorskip("transformers", reason="transformers is in the test extras; not installed here")

@@ -77,8 +77,9 @@ def test_variants_command_marks_what_this_machine_builds_and_where():
     cu130 = rows["torch214-cxx11-cu130-x86_64-linux"]
     if nvcc_path():
         assert cu130["buildable"] and "managed torch214-cu130" in cu130["environment"]
-        # nvcc 13 cannot build CUDA 12 variants: the majors must match.
-        assert "must share the CUDA major version" in rows["torch214-cxx11-cu126-x86_64-linux"]["reason"]
+        # nvcc 13.0 builds only the cu130 variants: each variant is compiled by its own CUDA release.
+        assert "nvcc must be the variant's CUDA release" in rows["torch214-cxx11-cu126-x86_64-linux"]["reason"]
+        assert "needs CUDA 13.2" in rows["torch214-cxx11-cu132-x86_64-linux"]["reason"]
     else:
         assert "nvcc not found" in cu130["reason"]
     assert "needs platform aarch64-darwin" in rows[f"torch{major}{minor}-metal-aarch64-darwin"]["reason"]

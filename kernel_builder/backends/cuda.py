@@ -186,10 +186,12 @@ class CudaBackend:
         have = nvcc_version(nvcc)
         if have is None:
             return f"{nvcc} --version did not report a CUDA release"
-        if have[0] != cuda[0]:
+        # Same release as torch's CUDA: torch's CUDA headers (nvidia wheels) and nvcc must
+        # agree, and the variant name promises that release to the loader.
+        if have != cuda:
             return (
                 f"nvcc is CUDA {have[0]}.{have[1]} but the variant needs CUDA {cuda[0]}.{cuda[1]}; "
-                "nvcc and torch must share the CUDA major version"
+                "nvcc must be the variant's CUDA release"
             )
         return cuda_bounds_reason(manifest, cuda)
 
