@@ -14,6 +14,7 @@ from typing import Callable
 
 from kernel_builder.backends import get_backend
 from kernel_builder.cmake import build_project, render_project
+from kernel_builder.compiler_cache import CacheStats, CompilerCache, find_compiler_cache, launcher_settings
 from kernel_builder.env_choice import EnvChooser
 from kernel_builder.errors import KbuildError, VariantError
 from kernel_builder.inputs import input_hash
@@ -34,6 +35,7 @@ class JobResult:
     seconds: float = 0.0
     detail: str = ""
     log: str | None = None
+    compiler_cache: CacheStats | None = None  # None: no cache, or nothing compiled
 
     @property
     def ok(self) -> bool:
@@ -76,12 +78,14 @@ def run_job(
     on_build: Callable[[BuildJob], None] | None = None,
     jobs: int | None = None,
     nvcc_threads: int | None = None,
+    compiler_cache: CompilerCache | None = None,
 ) -> JobResult:
     start = time.perf_counter()
+    stats = None
 
     def result(status: str, detail: str = "", log: bool = False) -> JobResult:
         log_file = str(job.log_file) if log and job.compiled else None
-        return JobResult(job.variant.name, job.backend, status, time.perf_counter() - start, detail, log_file)
+        return JobResult(job.variant.name, job.backend, status, time.perf_counter() - start, detail, log_file, stats)
 
     try:
         if job.env is None:
@@ -98,7 +102,12 @@ def run_job(
             render_project(spec, job.work_dir)
             archs = len(backend.metadata(job).get("archs", ())) or 1
             chosen = compile_parallelism(archs, jobs, nvcc_threads)
-            library = build_project(spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads)
+            launchers = launcher_settings(compiler_cache, spec.languages)  # empty ones drop an old launcher
+            compile_env = compiler_cache.job_environment(job.work_dir) if compiler_cache else {}
+            library = build_project(
+                spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env
+            )
+            stats = compiler_cache.job_stats(job.work_dir) if compiler_cache else None
         install(stage_variant(job, library, wanted), job.dest)
     except KbuildError as e:
         return result("failed", e.message, log=job.log_file.exists())
@@ -115,12 +124,16 @@ def build_kernel(
     nvcc_threads: int | None = None,
     matrix: str | None = None,
     shard: str | None = None,
+    compiler_cache: bool | None = None,
 ) -> tuple[Manifest, list[JobResult]]:
     """Build `kernel_dir` for this machine (or exactly `variants`, or the `matrix` selection,
     optionally one `shard` of it) into out_dir (default build/). Selected variants this
     machine cannot build are skipped with the reason.
 
-    `jobs` and `nvcc_threads` override the parallelism derived from cores and memory."""
+    `jobs` and `nvcc_threads` override the parallelism derived from cores and memory;
+    `compiler_cache` turns the compiler cache on or off (None: KBUILD_COMPILER_CACHE, else
+    ccache or sccache when installed)."""
+    found_cache = find_compiler_cache(compiler_cache)  # a missing tool that was asked for fails here
     if matrix is not None and variants:
         raise VariantError("--matrix and --variant both choose the variants; use one of them")
     manifest = load_manifest(kernel_dir)
@@ -132,7 +145,7 @@ def build_kernel(
     plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
     remove_stale_staging(out)
     results = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
-    results += [run_job(job, chooser, on_build, jobs, nvcc_threads) for job in plan.jobs]
+    results += [run_job(job, chooser, on_build, jobs, nvcc_threads, found_cache) for job in plan.jobs]
     results += [run_device_check(manifest, backend, chooser, work_dir) for backend, work_dir in plan.device_checks]
     return manifest, results
 

@@ -87,12 +87,19 @@ def build(
     nvcc_threads: Optional[int] = typer.Option(
         None, "--nvcc-threads", help="Architectures nvcc compiles at once (default: from cores and memory; NVCC_THREADS)."
     ),
+    compiler_cache: Optional[bool] = typer.Option(
+        None, "--compiler-cache/--no-compiler-cache",
+        help="Launch compiles through ccache or sccache (default: when installed; KBUILD_COMPILER_CACHE=ccache|sccache|none).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection): one folder per variant under build/."""
     from rich.markup import escape
 
+    from dataclasses import asdict
+
     from kernel_builder.build import build_kernel
+    from kernel_builder.compiler_cache import find_compiler_cache
     from kernel_builder.env_choice import EnvChooser
     from kernel_builder.parallelism import compile_parallelism
 
@@ -104,13 +111,14 @@ def build(
             console.print(f"[bold]{job.variant.name}[/]: building ({escape(job.env.describe())})")
 
     compile_parallelism(jobs=jobs, nvcc_threads=nvcc_threads)  # a bad value fails here, before any work
+    find_compiler_cache(compiler_cache)  # and so does a compiler cache that was asked for but is missing
     chooser = EnvChooser.from_options(env, create=create_env, index=torch_index, say=say)
     manifest, results = build_kernel(
         kernel_dir, tuple(variant or ()), out, chooser=chooser, on_build=started, jobs=jobs, nvcc_threads=nvcc_threads,
-        matrix=matrix, shard=shard,
+        matrix=matrix, shard=shard, compiler_cache=compiler_cache,
     )
     if as_json:
-        _print_json([r.__dict__ for r in results])
+        _print_json([asdict(r) for r in results])
     else:
         out_dir = Path(out) if out else manifest.root / "build"
         for r in results:
@@ -121,7 +129,8 @@ def build(
             elif r.status == "failed":
                 console.print(f"[red]failed[/]  {r.variant}: {escape(r.detail)}")
             else:
-                console.print(f"[green]{r.status:10}[/] {out_dir / r.variant}  ({r.seconds:.2f} s)")
+                hits = f", {r.compiler_cache.describe()}" if r.compiler_cache else ""
+                console.print(f"[green]{r.status:10}[/] {out_dir / r.variant}  ({r.seconds:.2f} s{hits})")
     if any(not r.ok for r in results):
         raise typer.Exit(1)
     if not any(r.status in ("built", "up-to-date", "checked") for r in results):
@@ -154,6 +163,36 @@ def plan(
         return
     builds = sum(row["buildable"] for row in rows)
     _print_variant_rows(f"{manifest.name}: {builds} of {len(rows)} build here ({_environments_title(chooser)})", rows)
+
+
+@app.command()
+def check(
+    build_dir: Path = typer.Argument(Path("."), help="A kernel repo (checks every variant in its build/), a build/ folder or one variant folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Check built variants: manylinux_2_28 symbol versions, NEEDED libraries, metadata and digests, import in their environment."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernel_builder.checks import FAILED, OK, check_build
+
+    reports = check_build(build_dir)
+    if as_json:
+        _print_json([r.to_json() for r in reports])
+    else:
+        console = _console()
+        style = {OK: "[green]ok[/]", FAILED: "[red]FAILED[/]"}
+        for report in reports:
+            table = Table(title=escape(str(report.folder)), title_justify="left")
+            table.add_column("check")
+            table.add_column("status")
+            table.add_column("finding")
+            for r in report.results:
+                finding = "\n".join(r.findings) if r.findings else r.detail
+                table.add_row(r.check, style.get(r.status, r.status), escape(finding))
+            console.print(table)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(1)
 
 
 @app.command()

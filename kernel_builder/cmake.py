@@ -123,28 +123,36 @@ def _tool(name: str) -> str:
 
 
 def build_project(
-    spec: CompileSpec, work_dir: Path, log_file: Path, jobs: int | None = None, nvcc_threads: int | None = None
+    spec: CompileSpec,
+    work_dir: Path,
+    log_file: Path,
+    jobs: int | None = None,
+    nvcc_threads: int | None = None,
+    launchers: dict[str, str] | None = None,
+    compile_env: dict[str, str] | None = None,
 ) -> Path:
     """Configure (first time) and build; return the built library. Output goes to log_file.
 
-    Parallelism is passed outside the project (Ninja's -j, NVCC_APPEND_FLAGS), so it
-    never changes the generated files or a job's input hash."""
+    Parallelism (Ninja's -j, NVCC_APPEND_FLAGS), the compiler `launchers` (cache entries)
+    and `compile_env` are passed outside the project, so they never change the generated
+    files or a job's input hash. A change of launchers reconfigures the existing tree."""
     build_dir = work_dir / "build"
     cmake = _tool("cmake")
     ninja = _tool("ninja")
+    launchers = launchers or {}
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "w") as log:
-        if not (build_dir / "build.ninja").exists():
+        if not (build_dir / "build.ninja").exists() or not cache_holds(build_dir, launchers):
             configure = [
                 cmake, "-G", "Ninja", "-S", str(work_dir), "-B", str(build_dir),
                 f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release",
-                *(f"-D{k}={v}" for k, v in sorted(spec.cache.items())),
+                *(f"-D{k}={v}" for k, v in sorted({**spec.cache, **launchers}.items())),
             ]
             _run(configure, log, log_file, "configure")
         command = [cmake, "--build", str(build_dir)]
         if jobs:
             command += ["--parallel", str(jobs)]
-        extra = {}
+        extra = dict(compile_env or {})
         if nvcc_threads:
             extra["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {nvcc_threads}".strip()
         _run(command, log, log_file, "compile", extra)
@@ -152,6 +160,21 @@ def build_project(
     if not library.exists():
         raise BuildError(f"the build finished but {library.name} is missing; see {log_file}")
     return library
+
+
+def cache_holds(build_dir: Path, entries: dict[str, str]) -> bool:
+    """Whether the build tree's CMakeCache.txt has these values (a missing entry reads as
+    empty, as CMake treats it)."""
+    cached: dict[str, str] = {}
+    try:
+        text = (build_dir / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
+        return False
+    for line in text.splitlines():
+        match = re.match(r"([A-Za-z0-9_]+):[A-Z]+=(.*)$", line)
+        if match:
+            cached[match[1]] = match[2]
+    return all(cached.get(name, "") == value for name, value in entries.items())
 
 
 def _run(command: list[str], log, log_file: Path, step: str, extra_env: dict[str, str] | None = None) -> None:
