@@ -7,21 +7,25 @@ Ninja, stage the variant folder and move it into place."""
 from __future__ import annotations
 
 import json
+import sys
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from kernel_builder.backends import get_backend
+from kernel_builder.cache import cache_dir, short_key
 from kernel_builder.cmake import build_project, render_project
 from kernel_builder.compiler_cache import CacheStats, CompilerCache, find_compiler_cache, launcher_settings
 from kernel_builder.env_choice import EnvChooser
 from kernel_builder.errors import KbuildError, VariantError
 from kernel_builder.inputs import input_hash
+from kernel_builder.locks import exclusive_lock
 from kernel_builder.fusion import load_fusions
 from kernel_builder.manifest import Manifest, load_manifest
 from kernel_builder.parallelism import compile_parallelism
-from kernel_builder.plan import BuildJob, plan_build
+from kernel_builder.plan import BuildJob, kernel_work_root, plan_build
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.selection import resolve
 from kernel_builder.stamp import install, remove_stale_staging, stage_variant
@@ -125,6 +129,7 @@ def build_kernel(
     matrix: str | None = None,
     shard: str | None = None,
     compiler_cache: bool | None = None,
+    on_wait: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
 ) -> tuple[Manifest, list[JobResult]]:
     """Build `kernel_dir` for this machine (or exactly `variants`, or the `matrix` selection,
     optionally one `shard` of it) into out_dir (default build/). Selected variants this
@@ -132,7 +137,8 @@ def build_kernel(
 
     `jobs` and `nvcc_threads` override the parallelism derived from cores and memory;
     `compiler_cache` turns the compiler cache on or off (None: KBUILD_COMPILER_CACHE, else
-    ccache or sccache when installed)."""
+    ccache or sccache when installed). Another build of the same kernel or into the same
+    output folder runs first; `on_wait` says so once."""
     found_cache = find_compiler_cache(compiler_cache)  # a missing tool that was asked for fails here
     if matrix is not None and variants:
         raise VariantError("--matrix and --variant both choose the variants; use one of them")
@@ -142,12 +148,39 @@ def build_kernel(
     chooser = chooser or EnvChooser.from_options()
     out = Path(out_dir) if out_dir else manifest.root / "build"
     requested = variants if selected is None else tuple(selected)
-    plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
-    remove_stale_staging(out)
-    results = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
-    results += [run_job(job, chooser, on_build, jobs, nvcc_threads, found_cache) for job in plan.jobs]
-    results += [run_device_check(manifest, backend, chooser, work_dir) for backend, work_dir in plan.device_checks]
+    with build_lock(manifest, out, on_wait):
+        plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
+        remove_stale_staging(out)
+        results = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
+        results += [run_job(job, chooser, on_build, jobs, nvcc_threads, found_cache) for job in plan.jobs]
+        results += [run_device_check(manifest, backend, chooser, work_dir) for backend, work_dir in plan.device_checks]
     return manifest, results
+
+
+@contextmanager
+def build_lock(manifest: Manifest, out: Path, on_wait: Callable[[str], None]) -> Iterator[None]:
+    """Hold what a build writes against other kbuild builds: the kernel's work trees (shared
+    by every --out) and the output folder (its variants and staging, whichever kernel).
+    Always kernel first, then output, so two builds never wait on each other in a cycle.
+    The locks live in kbuild's cache, not in the output, which holds variants only."""
+    said = False
+
+    def waiting_for(what: str) -> Callable[[int | None], None]:
+        def say(holder: int | None) -> None:
+            nonlocal said
+            if not said:
+                by = f" (pid {holder})" if holder else ""
+                on_wait(f"waiting for another kbuild build {what}{by} ...")
+                said = True
+        return say
+
+    work_root = kernel_work_root(manifest)
+    kernel_lock = work_root.with_name(f"{work_root.name}.lock")
+    output_lock = cache_dir("locks") / f"out-{short_key(str(out.resolve()))}.lock"
+    with ExitStack() as held:
+        held.enter_context(exclusive_lock(kernel_lock, on_wait=waiting_for(f"of {manifest.root}")))
+        held.enter_context(exclusive_lock(output_lock, on_wait=waiting_for(f"writing to {out}")))
+        yield
 
 
 def run_device_check(manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path) -> JobResult:

@@ -116,6 +116,7 @@ def build(
     manifest, results = build_kernel(
         kernel_dir, tuple(variant or ()), out, chooser=chooser, on_build=started, jobs=jobs, nvcc_threads=nvcc_threads,
         matrix=matrix, shard=shard, compiler_cache=compiler_cache,
+        on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
     )
     if as_json:
         _print_json([asdict(r) for r in results])

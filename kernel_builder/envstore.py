@@ -15,7 +15,6 @@ the next creation replaces it and `prune` always removes it.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import os
@@ -25,16 +24,16 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from kernel_builder.cache import cache_dir
 from kernel_builder.envs import BuildEnv, probe_env
 from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError, KbuildError, VariantError
+from kernel_builder.locks import exclusive_lock
 from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse, xpu_version
 
 MARKER = "kbuild-env.json"
@@ -195,10 +194,11 @@ def ensure_env(spec: EnvSpec, index: str | None = None, say: Callable[[str], Non
     """
     root = envs_root()
 
-    def waiting() -> None:
-        say(f"waiting for another kbuild to finish creating build environment {spec.key}")
+    def waiting(holder: int | None) -> None:
+        by = f" (pid {holder})" if holder else ""
+        say(f"waiting for another kbuild{by} to finish creating build environment {spec.key}")
 
-    with _lock(root / f"{spec.key}.lock", on_wait=waiting):
+    with exclusive_lock(root / f"{spec.key}.lock", on_wait=waiting):
         env = find_env(spec)
         if env is not None:
             return env
@@ -382,7 +382,7 @@ def prune(*, all: bool = False, older_than_days: float | None = None, keys: Sequ
 
     removed = []
     for e in filter(doomed, envs):
-        with _lock(root / f"{e.key}.lock", blocking=False) as held:
+        with exclusive_lock(root / f"{e.key}.lock", blocking=False) as held:
             if not held:
                 continue  # being created (or removed) by another kbuild
             _remove(e.path)
@@ -393,14 +393,14 @@ def prune(*, all: bool = False, older_than_days: float | None = None, keys: Sequ
     # Logs and locks of environments that no longer exist, e.g. of failed creations.
     for key in sorted({f.stem for f in [*root.glob("*.log"), *root.glob("*.lock")]}):
         if _KEY_RE.match(key) and not (root / key).exists():
-            with _lock(root / f"{key}.lock", blocking=False) as held:
+            with exclusive_lock(root / f"{key}.lock", blocking=False) as held:
                 if held:
                     _remove_leftovers(root, key)
     return removed
 
 
 def _remove_leftovers(root: Path, key: str) -> None:
-    # Called with the lock held: _lock notices the file went away and re-locks a new one.
+    # Called with the lock held: exclusive_lock notices the file went away and re-locks a new one.
     (root / f"{key}.log").unlink(missing_ok=True)
     (root / f"{key}.lock").unlink(missing_ok=True)
 
@@ -413,39 +413,3 @@ def _remove(path: Path) -> None:
         path.unlink()
     elif path.exists():
         shutil.rmtree(path, ignore_errors=True)
-
-
-@contextmanager
-def _lock(path: Path, blocking: bool = True, on_wait: Callable[[], None] | None = None) -> Iterator[bool]:
-    """Hold an exclusive flock on `path`. Yields False instead of waiting when not blocking."""
-    fd = _acquire(path, blocking, on_wait)
-    try:
-        yield fd is not None
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _acquire(path: Path, blocking: bool, on_wait: Callable[[], None] | None) -> int | None:
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not blocking:
-                    os.close(fd)
-                    return None
-                if on_wait:
-                    on_wait()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                current = os.stat(path).st_ino
-            except FileNotFoundError:
-                current = None
-        except BaseException:
-            os.close(fd)
-            raise
-        if current == os.fstat(fd).st_ino:
-            return fd
-        os.close(fd)  # prune deleted the file while we waited: lock the one there now

@@ -107,6 +107,11 @@ def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -
     return fallback(manifest)
 
 
+def kernel_work_root(manifest: Manifest) -> Path:
+    """The kernel's CMake work trees, one per variant, shared by every --out."""
+    return cache_dir("work", short_key(str(manifest.root.resolve())))
+
+
 def plan_build(
     manifest: Manifest,
     chooser: EnvChooser,
@@ -121,7 +126,7 @@ def plan_build(
     A job whose variant needs a managed environment carries env=None; the build creates
     or finds that environment when the job runs (kbuild.build), not while planning."""
     kernel_id, source = kernel_identity(manifest, out_dir)
-    work_root = cache_dir("work", short_key(str(manifest.root.resolve())))
+    work_root = kernel_work_root(manifest)
 
     def job(variant: Variant) -> BuildJob:
         env = chooser.primary if variant.kind is Kind.NOARCH or chooser.primary_builds(variant) else None

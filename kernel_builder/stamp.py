@@ -17,6 +17,7 @@ from kernel_builder.resources import templates_dir
 from kernel_builder.runtime.digest import hash_variant
 
 STAGING_PREFIX = ".kbuild-staging-"
+REPLACED = "old-"  # install's name for the variant it is replacing, until the new one is in place
 
 
 def _render(template: str, **values) -> str:
@@ -120,7 +121,7 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
 def install(staging: Path, dest: Path) -> None:
     """Replace dest by staging: readers see the old folder or the new one, never a mix."""
     if dest.exists():
-        old = dest.with_name(f"{STAGING_PREFIX}old-{dest.name}-{os.getpid()}")
+        old = dest.with_name(f"{STAGING_PREFIX}{REPLACED}{dest.name}-{os.getpid()}")
         dest.rename(old)
         staging.rename(dest)
         shutil.rmtree(old, ignore_errors=True)
@@ -129,7 +130,25 @@ def install(staging: Path, dest: Path) -> None:
 
 
 def remove_stale_staging(out_dir: Path) -> None:
-    """Leftovers of an interrupted build are never mistaken for variants; clear them."""
-    if out_dir.is_dir():
-        for path in out_dir.glob(f"{STAGING_PREFIX}*"):
+    """Leftovers of an interrupted build are never mistaken for variants; clear them.
+
+    Call it holding the output's build lock (kernel_builder.build.build_lock): then no live build
+    owns any of them. A build killed between install's two renames left the previous
+    variant under its replaced name and nothing in its place: that one goes back."""
+    if not out_dir.is_dir():
+        return
+    for path in sorted(out_dir.glob(f"{STAGING_PREFIX}*")):
+        variant = replaced_variant(path.name)
+        if variant and not (out_dir / variant).exists():
+            path.rename(out_dir / variant)
+        else:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def replaced_variant(name: str) -> str | None:
+    """`.kbuild-staging-old-<variant>-<pid>` -> <variant>; None for other staging names."""
+    rest = name.removeprefix(STAGING_PREFIX)
+    if not rest.startswith(REPLACED):
+        return None
+    variant, _, pid = rest.removeprefix(REPLACED).rpartition("-")
+    return variant if variant and pid.isdigit() else None

@@ -1,0 +1,67 @@
+"""Exclusive flocks between kbuild processes, with the holder's pid for the waiting message.
+
+The kernel releases a flock when its holder exits, however it exits (SIGKILL included), so
+a lock never outlives a crashed run. The lock file itself may be deleted while held (prune
+does); a waiter notices and locks the file that is there now."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+# Called once before blocking, with the holder's pid when it has recorded one.
+OnWait = Callable[[int | None], None]
+
+
+@contextmanager
+def exclusive_lock(path: Path, blocking: bool = True, on_wait: OnWait | None = None) -> Iterator[bool]:
+    """Hold an exclusive flock on `path`. Yields False instead of waiting when not blocking."""
+    fd = _acquire(path, blocking, on_wait)
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid the current (or last) holder of `path` recorded, if any."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _acquire(path: Path, blocking: bool, on_wait: OnWait | None) -> int | None:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not blocking:
+                    os.close(fd)
+                    return None
+                if on_wait:
+                    on_wait(lock_holder(path))
+                    on_wait = None  # say it once, even if the file is replaced while we wait
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if current == os.fstat(fd).st_ino:
+            _record_holder(fd)
+            return fd
+        os.close(fd)  # the file was deleted while we waited: lock the one there now
+
+
+def _record_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
