@@ -7,8 +7,6 @@ builds take no compiler; the compiled kernels' fusion is in tests/test_transform
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, kbuild
+from tiny_llama import FUSE_RMSNORM_MLP, run
 from kernel_builder.errors import ManifestError
 from kernel_builder.fusion import Fusion, FusedChild, layout_source, load_fusions
 
@@ -176,36 +175,9 @@ def test_orphan_layout_and_missing_kernel_layer_fail(fused):
 
 # -- transformers fuses with the stamped Layout --------------------------------------------------
 
-FUSE_WITH_TRANSFORMERS = r"""
-import json, os, sys, tempfile
-import torch
-import transformers.utils.kernel_config as kernel_config
+FUSE_AND_SAVE = FUSE_RMSNORM_MLP + r"""
 from safetensors import safe_open
-from transformers import KernelConfig, LlamaConfig, LlamaForCausalLM
 
-# transformers 5.22 lists no "cpu" among the devices a KernelConfig may name, though
-# kernels runs CPU kernels: extend the list in this process only, to fuse on CPU.
-kernel_config.KERNELS_SUPPORTED_DEVICE_TYPES.append("cpu")
-
-config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-torch.manual_seed(0)
-plain = LlamaForCausalLM(config).eval()
-checkpoint = tempfile.mkdtemp()
-plain.save_pretrained(checkpoint)
-ids = torch.randint(0, 128, (2, 16))
-with torch.no_grad():
-    expected = plain(ids).logits
-
-# LOCAL_KERNELS (set by the test) maps the repo id to the kernel folder; use_local_kernel=True
-# would be the direct route, but transformers 5.22 breaks on tuple metadata there.
-key = (("RMSNorm", "model.layers.*.post_attention_layernorm"), ("MLP", "model.layers.*.mlp"))
-mapping = {key: ("kbuild-test/fused:RMSNormMLP", {"revision": "main", "trust_remote_code": True})}
-fused, info = LlamaForCausalLM.from_pretrained(checkpoint, use_kernels=True, kernel_config=KernelConfig(mapping),
-                                              output_loading_info=True)
-layer = fused.model.layers[0]
-with torch.no_grad():
-    got = fused(ids).logits
 saved = tempfile.mkdtemp()
 fused.save_pretrained(saved)
 with safe_open(os.path.join(saved, "model.safetensors"), "pt") as f:
@@ -227,10 +199,7 @@ print(json.dumps({
 def test_transformers_fuses_a_llama_with_the_stamped_layout(fused):
     pytest.importorskip("transformers", reason="transformers is in the test extras; not installed here")
     kbuild("build", str(fused), check=True)
-    env = dict(os.environ, LOCAL_KERNELS=f"kbuild-test/fused={fused}", HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-c", FUSE_WITH_TRANSFORMERS], capture_output=True, text=True, env=env, check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run(FUSE_AND_SAVE, kernel=fused)
     assert report["layout"] == "RMSNormMLPLayout"
     assert report["forward"] == "RMSNormMLP.forward", "kernelize swapped in the kernel layer's forward"
     assert report["mlp"] == "Identity"

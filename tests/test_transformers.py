@@ -15,35 +15,16 @@ process-wide."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tiny_llama import FUSE_RMSNORM_MLP, TINY_LLAMA, run
 
 pytest.importorskip("transformers", reason="transformers is in the test extras; not installed here")
 
 # fp32 end to end; the kernels use a different (vectorized, blocked) summation order than
 # eager, so logits agree to rounding, not bit for bit.
 TOLERANCE = 1e-4
-
-TINY_LLAMA = r"""
-import json, os, sys, tempfile
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
-config = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-torch.manual_seed(0)
-plain = LlamaForCausalLM(config).eval()
-checkpoint = tempfile.mkdtemp()
-plain.save_pretrained(checkpoint)
-ids = torch.randint(0, 256, (2, 24))
-with torch.no_grad():
-    expected = plain(ids).logits
-"""
 
 KERNELIZE = TINY_LLAMA + r"""
 from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping
@@ -75,22 +56,7 @@ print(json.dumps({
 }))
 """
 
-FUSE = TINY_LLAMA + r"""
-import transformers.utils.kernel_config as kernel_config
-from transformers import KernelConfig
-
-# transformers 5.22 lists no "cpu" among the devices a KernelConfig may name, though
-# kernels runs CPU kernels: extend the list in this process only. And instead of
-# use_local_kernel=True, which breaks on tuple metadata in 5.22, LOCAL_KERNELS (set by the
-# test) maps the repo id to the kernel folder.
-kernel_config.KERNELS_SUPPORTED_DEVICE_TYPES.append("cpu")
-key = (("RMSNorm", "model.layers.*.post_attention_layernorm"), ("MLP", "model.layers.*.mlp"))
-mapping = {key: ("kbuild-test/layer-norm:RMSNormMLP", {"revision": "main", "trust_remote_code": True})}
-fused, info = LlamaForCausalLM.from_pretrained(checkpoint, use_kernels=True, kernel_config=KernelConfig(mapping),
-                                              output_loading_info=True)
-layer = fused.model.layers[0]
-with torch.no_grad():
-    got = fused(ids).logits
+FUSE = FUSE_RMSNORM_MLP + r"""
 print(json.dumps({
     "layout": type(layer.post_attention_layernorm).__name__,
     "forward": layer.post_attention_layernorm.forward.__qualname__,
@@ -109,15 +75,6 @@ def built(built_example) -> dict:
     return {name: built_example(name).root for name in ("layer-norm", "swiglu")}
 
 
-def run(script: str, *args: str, env: dict | None = None) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=False,
-        env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def test_kernelize_replaces_rmsnorm_and_mlp_forwards_with_the_built_kernels(built):
     report = run(KERNELIZE, str(built["layer-norm"]), str(built["swiglu"]))
     # The forwards really are the kernels' layers, loaded from the built variants.
@@ -128,7 +85,7 @@ def test_kernelize_replaces_rmsnorm_and_mlp_forwards_with_the_built_kernels(buil
 
 
 def test_from_pretrained_fuses_rmsnorm_and_mlp_into_the_built_rmsnormmlp(built):
-    report = run(FUSE, env={"LOCAL_KERNELS": f"kbuild-test/layer-norm={built['layer-norm']}"})
+    report = run(FUSE, kernel=built["layer-norm"])
     assert report["layout"] == "RMSNormMLPLayout", "the Layout kbuild stamped from kbuild.toml"
     assert report["forward"] == "RMSNormMLP.forward" and "layer_norm" in report["forward_module"]
     assert report["mlp"] == "Identity"
