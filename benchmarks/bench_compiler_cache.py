@@ -29,7 +29,7 @@ def build(root: Path, variant: str, work: Path, run: str, ccache_dir: Path) -> t
                "--out", str(work / run / "out"), "--compiler-cache", "--json"]
     start = time.perf_counter()
     result = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-    (row,) = json.loads(result.stdout)
+    (row,) = json.loads(result.stdout)["jobs"]
     return time.perf_counter() - start, row
 
 

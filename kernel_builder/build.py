@@ -1,54 +1,55 @@
-"""`kbuild build`: run every job of a plan, skipping those whose inputs did not change.
+"""`kbuild build`: run every job of a plan, in parallel, skipping those whose inputs did
+not change.
 
 Each job: hash its inputs; if the existing variant folder carries the same hash and its
 digests still hold, it is up to date. Otherwise generate the CMake project, build with
-Ninja, stage the variant folder and move it into place."""
+Ninja, stage the variant folder, check it (kernel_builder.checks) and only then move it
+into place: a variant that fails its checks never replaces the previous one."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 from kernel_builder.backends import get_backend
+from kernel_builder.backends.common import host_platform
 from kernel_builder.cache import cache_dir, short_key
+from kernel_builder.checks import FAILED as CHECK_FAILED
+from kernel_builder.checks import check_variant
 from kernel_builder.cmake import build_project, render_project
-from kernel_builder.compiler_cache import CacheStats, CompilerCache, find_compiler_cache, launcher_settings
+from kernel_builder.compiler_cache import CompilerCache, find_compiler_cache, launcher_settings
 from kernel_builder.env_choice import EnvChooser
-from kernel_builder.errors import KbuildError, VariantError
+from kernel_builder.errors import BuildError, KbuildError, VariantError
+from kernel_builder.fusion import load_fusions
 from kernel_builder.inputs import input_hash
 from kernel_builder.locks import exclusive_lock
-from kernel_builder.fusion import load_fusions
 from kernel_builder.manifest import Manifest, load_manifest
-from kernel_builder.parallelism import compile_parallelism
 from kernel_builder.plan import BuildJob, kernel_work_root, plan_build
+from kernel_builder.progress import Progress
+from kernel_builder.report import BuildReport, JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
-from kernel_builder.selection import resolve
+from kernel_builder.scheduler import Scheduler, Slots, plan_slots
+from kernel_builder.runners import RUNNERS
+from kernel_builder.selection import resolve, select
 from kernel_builder.stamp import install, remove_stale_staging, stage_variant
+from kernel_builder.variants import Variant
 
 
 @dataclass(frozen=True)
-class JobResult:
-    variant: str
-    backend: str
-    status: str  # built | up-to-date | checked (device code compiled, no variant) | skipped | failed
-    seconds: float = 0.0
-    detail: str = ""
-    log: str | None = None
-    compiler_cache: CacheStats | None = None  # None: no cache, or nothing compiled
+class BuildSettings:
+    """What every job of one build shares, resolved once."""
 
-    @property
-    def ok(self) -> bool:
-        return self.status != "failed"
-
-    @property
-    def label(self) -> str:
-        """The variant, or the backend where none was chosen (a skipped backend, a device check)."""
-        return self.backend if self.variant.startswith("(") else self.variant
+    slots: Slots
+    compiler_cache: CompilerCache | None = None
+    progress: Progress = field(default_factory=Progress)
+    smoke_test: bool = True  # import each new variant in its environment before installing it
+    portable_abi: bool = False  # symbol versions beyond manylinux_2_28 fail the job (else warn)
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -76,46 +77,63 @@ def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
     return not verify_digest(job.dest, metadata)
 
 
-def run_job(
-    job: BuildJob,
-    chooser: EnvChooser,
-    on_build: Callable[[BuildJob], None] | None = None,
-    jobs: int | None = None,
-    nvcc_threads: int | None = None,
-    compiler_cache: CompilerCache | None = None,
-) -> JobResult:
+def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobResult:
     start = time.perf_counter()
-    stats = None
+    label = job.variant.name
+    progress = settings.progress
+    stats, checks = None, ()
 
     def result(status: str, detail: str = "", log: bool = False) -> JobResult:
         log_file = str(job.log_file) if log and job.compiled else None
-        return JobResult(job.variant.name, job.backend, status, time.perf_counter() - start, detail, log_file, stats)
+        size = folder_size(job.dest) if status in ("built", "up-to-date") else None
+        return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size, checks)
 
     try:
         if job.env is None:
+            progress.step(label, "environment")
             job = job.with_env(chooser.env_for(job.variant))
         wanted = job_input_hash(job)
         if is_up_to_date(job, wanted):
             return result("up-to-date")
-        if on_build:
-            on_build(job)
         library = None
         if job.compiled:
             backend = get_backend(job.backend)
             spec = backend.compile_spec(job)
             render_project(spec, job.work_dir)
             archs = len(backend.metadata(job).get("archs", ())) or 1
-            chosen = compile_parallelism(archs, jobs, nvcc_threads)
-            launchers = launcher_settings(compiler_cache, spec.languages)  # empty ones drop an old launcher
-            compile_env = compiler_cache.job_environment(job.work_dir) if compiler_cache else {}
+            chosen = settings.slots.for_job(archs)
+            cache = settings.compiler_cache
+            launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
+            compile_env = cache.job_environment(job.work_dir) if cache else {}
             library = build_project(
-                spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env
+                spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
+                on_step=lambda step: progress.step(label, step, job.log_file),
             )
-            stats = compiler_cache.job_stats(job.work_dir) if compiler_cache else None
-        install(stage_variant(job, library, wanted), job.dest)
+            stats = cache.job_stats(job.work_dir) if cache else None
+        staging = stage_variant(job, library, wanted)
+        progress.step(label, "check")
+        report = check_variant(
+            staging, smoke_test=settings.smoke_test, variant=job.variant, python=job.env.python,
+            portable_abi=settings.portable_abi,
+        )
+        checks = report.results
+        if not report.ok:
+            shutil.rmtree(staging, ignore_errors=True)
+            failed = [f"{c.check}: {c.detail}" for c in report.results if c.status == CHECK_FAILED]
+            raise BuildError(f"check failed, the previous variant is kept: {'; '.join(failed)}")
+        install(staging, job.dest)
     except KbuildError as e:
         return result("failed", e.message, log=job.log_file.exists())
     return result("built", log=True)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One unit for the scheduler: a variant job or a backend's device check."""
+
+    label: str
+    backend: str
+    run: Callable[[], JobResult]
 
 
 def build_kernel(
@@ -123,22 +141,36 @@ def build_kernel(
     variants: tuple[str, ...] = (),
     out_dir: Path | None = None,
     chooser: EnvChooser | None = None,
-    on_build: Callable[[BuildJob], None] | None = None,
     jobs: int | None = None,
+    max_jobs: int | None = None,
     nvcc_threads: int | None = None,
     matrix: str | None = None,
     shard: str | None = None,
     compiler_cache: bool | None = None,
+    fail_fast: bool = False,
+    smoke_test: bool = True,
+    strict_abi: bool = False,
+    runner: str = "local",
+    progress: Progress | None = None,
     on_wait: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
-) -> tuple[Manifest, list[JobResult]]:
+) -> tuple[Manifest, BuildReport]:
     """Build `kernel_dir` for this machine (or exactly `variants`, or the `matrix` selection,
     optionally one `shard` of it) into out_dir (default build/). Selected variants this
     machine cannot build are skipped with the reason.
 
-    `jobs` and `nvcc_threads` override the parallelism derived from cores and memory;
-    `compiler_cache` turns the compiler cache on or off (None: KBUILD_COMPILER_CACHE, else
-    ccache or sccache when installed). Another build of the same kernel or into the same
-    output folder runs first; `on_wait` says so once."""
+    `jobs` variants build at once (default: from cores and memory, kernel_builder.scheduler);
+    `max_jobs` and `nvcc_threads` set the compiles within one job. `compiler_cache` turns
+    the compiler cache on or off (None: KBUILD_COMPILER_CACHE, else ccache or sccache when
+    installed). A failing job does not stop the others unless `fail_fast`. Every new
+    variant is checked before it is installed (`smoke_test`: import it too); `strict_abi`
+    fails one whose symbol versions exceed manylinux_2_28 (else a warning).
+
+    `runner` "docker" builds every job in a container of its build image (building missing
+    images first) instead of in local environments: kernel_builder.runners.docker.
+
+    Another build of the same kernel or into the same output folder runs first; `on_wait`
+    says so once (and reports image builds)."""
+    started = time.perf_counter()
     found_cache = find_compiler_cache(compiler_cache)  # a missing tool that was asked for fails here
     if matrix is not None and variants:
         raise VariantError("--matrix and --variant both choose the variants; use one of them")
@@ -146,15 +178,82 @@ def build_kernel(
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
     selected = resolve(manifest, matrix, shard)
     chooser = chooser or EnvChooser.from_options()
+    progress = progress or Progress()
     out = Path(out_dir) if out_dir else manifest.root / "build"
     requested = variants if selected is None else tuple(selected)
+    if runner not in RUNNERS:
+        raise KbuildError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}", 2)
     with build_lock(manifest, out, on_wait):
-        plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
         remove_stale_staging(out)
-        results = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
-        results += [run_job(job, chooser, on_build, jobs, nvcc_threads, found_cache) for job in plan.jobs]
-        results += [run_device_check(manifest, backend, chooser, work_dir) for backend, work_dir in plan.device_checks]
-    return manifest, results
+        if runner == "docker":
+            tasks, skips = _docker_tasks(manifest, out, requested, compiler_cache, lambda: settings, on_wait)
+        else:
+            plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
+            skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
+            tasks = [_Task(j.variant.name, j.backend, lambda j=j: run_job(j, chooser, settings)) for j in plan.jobs]
+            tasks += [
+                _Task(f"({b})", b, lambda b=b, w=w: run_device_check(manifest, b, chooser, w, settings))
+                for b, w in plan.device_checks
+            ]
+        slots = plan_slots(len(tasks), jobs, max_jobs, nvcc_threads)
+        settings = BuildSettings(slots, found_cache, progress, smoke_test, portable_abi=strict_abi)
+        for task in tasks:
+            progress.add(task.label)
+
+        def work(task: _Task) -> JobResult:
+            result = task.run()
+            progress.finished(task.label, result.status, result.detail if not result.ok else "")
+            return result
+
+        scheduler = Scheduler(
+            work, failed=lambda r: not r.ok,
+            cancelled=lambda t: JobResult(t.label, t.backend, "cancelled", detail="not started: another job failed (--fail-fast)"),
+            concurrent=slots.concurrent, fail_fast=fail_fast,
+        )
+        with progress:
+            results = skips + scheduler.run(tasks)
+    report = BuildReport(manifest.name, out, tuple(results), time.perf_counter() - started, slots.concurrent)
+    return manifest, report
+
+
+def _docker_tasks(
+    manifest: Manifest,
+    out: Path,
+    requested: tuple[str | Variant, ...],
+    compiler_cache: bool | None,
+    settings: Callable[[], BuildSettings],
+    say: Callable[[str], None],
+) -> tuple[list[_Task], list[JobResult]]:
+    """One container job per requested variant (default: every variant of the matrix the
+    kernel admits on this machine's platform); variants without a build image are skipped."""
+    from kernel_builder.docker_images import build_images, image_for
+    from kernel_builder.runners.docker import build_in_container, default_compiler_cache_dir, docker_client
+
+    variants = [v if isinstance(v, Variant) else Variant.parse(v) for v in requested]
+    if not requested:
+        here = "-".join(host_platform())
+        variants = [v for v in select(manifest, "all") if v.platform in (here, None)]
+    skips, buildable = [], []
+    for variant in variants:
+        try:
+            image_for(variant)
+            buildable.append(variant)
+        except KbuildError as e:
+            skips.append(JobResult(variant.name, variant.backend, "skipped", detail=e.message))
+    if not buildable:
+        return [], skips
+    client = docker_client()
+    build_images(buildable, client, say=say)  # the missing ones; present images are kept
+    cache_folder = default_compiler_cache_dir(compiler_cache)
+
+    def job(variant: Variant) -> JobResult:
+        current = settings()
+        return build_in_container(
+            variant, manifest.root, out, client, compiler_cache_dir=cache_folder, parallelism=current.slots.for_job(),
+            on_step=lambda step, log: current.progress.step(variant.name, step, log),
+        )
+
+    return [_Task(v.name, v.backend, lambda v=v: job(v)) for v in buildable], skips
 
 
 @contextmanager
@@ -183,10 +282,13 @@ def build_lock(manifest: Manifest, out: Path, on_wait: Callable[[str], None]) ->
         yield
 
 
-def run_device_check(manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path) -> JobResult:
+def run_device_check(
+    manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path, settings: BuildSettings
+) -> JobResult:
     """Compile a backend's device code without claiming a variant (ROCm without ROCm torch)."""
     start = time.perf_counter()
     log = work_dir / "build.log"
+    settings.progress.step(f"({backend})", "compile", log)
     try:
         check = get_backend(backend).device_check(manifest, chooser.primary, work_dir)
     except KbuildError as e:

@@ -4,10 +4,12 @@ skipped (with why):
 - `abi`: the ELF symbol versions every `.so` requires stay within manylinux_2_28, so the
   variant loads on any Linux that manylinux wheels load on;
 - `needed`: every NEEDED library is the C/C++ runtime, torch's, or the backend's own;
+- `stable-abi` (stable-ABI variants only): no `.so` imports a torch symbol outside the
+  stable C shim (kernel_builder.stable_symbols);
 - `metadata`: metadata.json has every key the runtime requires and its digests match the files;
 - `import`: the variant imports in its own build environment and registers its ops.
 
-The policies are data (data/check_policy.toml). `check_variant(folder)` runs all four on
+The policies are data (data/check_policy.toml). `check_variant(folder)` runs them all on
 one folder, so a build can call it on what it just produced; `kbuild check` runs it on
 every variant of a kernel repo or build folder.
 """
@@ -31,10 +33,14 @@ from kernel_builder.errors import KbuildError
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.loader import read_metadata
 from kernel_builder.runtime.system import detect_arch, detect_os
+from kernel_builder.stable_symbols import torch_imports
 from kernel_builder.stamp import STAGING_PREFIX
 from kernel_builder.variants import Kind, Variant, try_parse
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+# A finding that does not fail: the abi check of a local build, whose libraries follow the
+# build machine's glibc; portable variants come from --runner docker (manylinux_2_28).
+WARNING = "warning"
 _SYMBOLS_SHOWN = 3  # names listed per finding: enough to find the call, short enough to read
 _IMPORT_TIMEOUT_S = 300
 
@@ -47,8 +53,8 @@ class CheckTargetError(KbuildError):
 
 @dataclass(frozen=True)
 class CheckResult:
-    check: str  # abi, needed, metadata, import
-    status: str  # ok, failed, skipped
+    check: str  # abi, needed, stable-abi, metadata, import
+    status: str  # ok, failed, skipped, warning
     detail: str  # one line: what passed, the findings, or why skipped
     findings: tuple[str, ...] = ()
 
@@ -225,6 +231,27 @@ def check_needed(folder: Path, variant: Variant | None = None, policy: Policy | 
     return _ok("needed", "only the C/C++ runtime, torch and the backend's runtime")
 
 
+def check_stable_abi(folder: Path, variant: Variant | None = None) -> CheckResult:
+    """A stable-ABI variant reaches torch only through the stable C shim, so it loads on
+    every torch from its ABI version on."""
+    if variant is None or variant.kind is not Kind.STABLE_ABI:
+        return _skipped("stable-abi", "not a stable-ABI variant")
+    libraries = _elf_libraries(folder, variant, "stable-abi")
+    if isinstance(libraries, CheckResult):
+        return libraries
+    shim: set[str] = set()
+    found = []
+    for library in libraries:
+        imports = torch_imports(library)
+        shim.update(imports.shim)
+        found += [(library.relative_to(folder), name) for name in imports.non_stable]
+    if found:
+        shown = ", ".join(name for _, name in found[:_SYMBOLS_SHOWN]) + (", ..." if len(found) > _SYMBOLS_SHOWN else "")
+        detail = f"{len(found)} torch symbol{'s' if len(found) != 1 else ''} outside the stable C shim: {shown}"
+        return CheckResult("stable-abi", FAILED, detail, tuple(f"{library} uses {name}" for library, name in found))
+    return _ok("stable-abi", f"torch only through the stable C shim ({len(shim)} functions)")
+
+
 def check_metadata(folder: Path) -> CheckResult:
     """metadata.json has every required key, and every file matches its digest."""
     try:
@@ -250,11 +277,16 @@ print(json.dumps({"ops": ops}))
 """
 
 
+def _as_warning(result: CheckResult, why: str) -> CheckResult:
+    if result.status != FAILED:
+        return result
+    return CheckResult(result.check, WARNING, f"{result.detail} ({why})", result.findings)
+
+
 def _environment_python(variant: Variant | None) -> str | CheckResult:
     """The interpreter of the variant's build environment, or why there is none here.
     Never creates one: checking must not install torch."""
     from kernel_builder.env_choice import EnvChooser
-    from kernel_builder.envstore import EnvSpec
 
     if variant is None:
         return _skipped("import", "the folder name is not a variant name, so its environment is unknown")
@@ -266,16 +298,16 @@ def _environment_python(variant: Variant | None) -> str | CheckResult:
             return _skipped("import", "the running interpreter has no torch")
         return chooser.primary.python
     if not chooser.available(variant):
-        spec = EnvSpec.for_variant(variant)
+        spec = chooser.spec_for(variant)
         return _skipped(
             "import", f"no build environment with {spec.describe()} here (`kbuild env create {spec.key}` makes one)"
         )
     return chooser.env_for(variant).python
 
 
-def check_import(folder: Path, variant: Variant | None = None) -> CheckResult:
-    """The variant imports in its build environment and registers ops under its id."""
-    python = _environment_python(variant)
+def check_import(folder: Path, variant: Variant | None = None, python: str | None = None) -> CheckResult:
+    """The variant imports in its build environment (or `python`) and registers ops under its id."""
+    python = python or _environment_python(variant)
     if isinstance(python, CheckResult):
         return python
     backend = "cpu" if variant.backend == "cpu" else ""
@@ -303,13 +335,25 @@ def check_import(folder: Path, variant: Variant | None = None) -> CheckResult:
     return _ok("import", f"imports in {python} (pure Python, no ops)")
 
 
-def check_variant(folder: Path, *, smoke_test: bool = True) -> VariantReport:
-    """Run every check on one variant folder."""
+def check_variant(
+    folder: Path,
+    *,
+    smoke_test: bool = True,
+    variant: Variant | None = None,
+    python: str | None = None,
+    portable_abi: bool = True,
+) -> VariantReport:
+    """Run every check on one variant folder. A build passes what it knows: the `variant`
+    (its staging folder has another name) and its environment's `python`; a local build
+    (`portable_abi` False) reports symbol versions beyond manylinux_2_28 as a warning."""
     folder = Path(folder)
-    variant = try_parse(folder.name)
-    results = [check_abi(folder, variant), check_needed(folder, variant), check_metadata(folder)]
+    variant = variant or try_parse(folder.name)
+    abi = check_abi(folder, variant)
+    if not portable_abi:
+        abi = _as_warning(abi, "a local build follows this machine's glibc; --runner docker builds portable variants")
+    results = [abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_metadata(folder)]
     if smoke_test:
-        results.append(check_import(folder, variant))
+        results.append(check_import(folder, variant, python))
     return VariantReport(folder, tuple(results))
 
 

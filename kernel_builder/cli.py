@@ -83,60 +83,110 @@ def build(
     torch_index: Optional[str] = typer.Option(
         None, "--torch-index", help="pip index URL for torch when creating an environment (default: by flavour)."
     ),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Parallel compiles (default: from cores and memory; MAX_JOBS)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", help="Variants built at once (default: from cores and free memory)."
+    ),
+    max_jobs: Optional[int] = typer.Option(
+        None, "--max-jobs", help="Parallel compiles within one variant (default: its share of cores and memory; MAX_JOBS)."
+    ),
     nvcc_threads: Optional[int] = typer.Option(
         None, "--nvcc-threads", help="Architectures nvcc compiles at once (default: from cores and memory; NVCC_THREADS)."
+    ),
+    fail_fast: bool = typer.Option(False, "--fail-fast", help="Stop starting new jobs once one fails."),
+    runner: str = typer.Option(
+        "local", "--runner", help="local: this machine's toolchains and build environments; docker: one container "
+        "per job from the build images in docker/ (built when missing; see `kbuild docker build-images`).",
+    ),
+    strict_abi: bool = typer.Option(
+        False, "--strict-abi",
+        help="Fail a variant whose libraries need symbol versions beyond manylinux_2_28 (default: a warning for "
+        "local builds, which follow this machine's glibc; always on inside --runner docker).",
+    ),
+    import_check: bool = typer.Option(
+        True, "--import-check/--no-import-check",
+        help="Import each new variant in its environment before installing it (the other checks always run).",
     ),
     compiler_cache: Optional[bool] = typer.Option(
         None, "--compiler-cache/--no-compiler-cache",
         help="Launch compiles through ccache or sccache (default: when installed; KBUILD_COMPILER_CACHE=ccache|sccache|none).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON report (every job, its checks, cache hits) on stdout."),
 ) -> None:
-    """Build the kernel for this machine's variants (or --variant, or a --matrix selection): one folder per variant under build/."""
+    """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
     from rich.markup import escape
-
-    from dataclasses import asdict
 
     from kernel_builder.build import build_kernel
     from kernel_builder.compiler_cache import find_compiler_cache
     from kernel_builder.env_choice import EnvChooser
-    from kernel_builder.parallelism import compile_parallelism
+    from kernel_builder.parallelism import compile_parallelism, positive_count
+    from kernel_builder.progress import progress_for
 
     console = _console(stderr=True)
     say = (lambda message: None) if as_json else (lambda message: console.print(escape(message)))
-
-    def started(job) -> None:
-        if not as_json:
-            console.print(f"[bold]{job.variant.name}[/]: building ({escape(job.env.describe())})")
-
-    compile_parallelism(jobs=jobs, nvcc_threads=nvcc_threads)  # a bad value fails here, before any work
+    positive_count(jobs, "--jobs")  # bad values fail here, before any work
+    compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)
     find_compiler_cache(compiler_cache)  # and so does a compiler cache that was asked for but is missing
     chooser = EnvChooser.from_options(env, create=create_env, index=torch_index, say=say)
-    manifest, results = build_kernel(
-        kernel_dir, tuple(variant or ()), out, chooser=chooser, on_build=started, jobs=jobs, nvcc_threads=nvcc_threads,
-        matrix=matrix, shard=shard, compiler_cache=compiler_cache,
+    manifest, report = build_kernel(
+        kernel_dir, tuple(variant or ()), out, chooser=chooser, jobs=jobs, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
+        matrix=matrix, shard=shard, compiler_cache=compiler_cache, fail_fast=fail_fast, smoke_test=import_check,
+        strict_abi=strict_abi, runner=runner,
+        progress=progress_for(console, quiet=as_json),
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
     )
     if as_json:
-        _print_json([asdict(r) for r in results])
+        _print_json(report.to_json())
     else:
-        out_dir = Path(out) if out else manifest.root / "build"
-        for r in results:
-            if r.status == "skipped":
-                console.print(f"[yellow]skipped[/] {r.label}: {escape(r.detail)}")
-            elif r.status == "checked":
-                console.print(f"[cyan]checked[/] {r.label}: {escape(r.detail)}")
-            elif r.status == "failed":
-                console.print(f"[red]failed[/]  {r.variant}: {escape(r.detail)}")
-            else:
-                hits = f", {r.compiler_cache.describe()}" if r.compiler_cache else ""
-                console.print(f"[green]{r.status:10}[/] {out_dir / r.variant}  ({r.seconds:.2f} s{hits})")
-    if any(not r.ok for r in results):
+        _print_build_report(console, report)
+    if not report.ok:
         raise typer.Exit(1)
-    if not any(r.status in ("built", "up-to-date", "checked") for r in results):
+    if not any(r.status in ("built", "up-to-date", "checked") for r in report.results):
         skipped = "selected variant" if matrix is not None else "backend"
         raise KbuildError(f"nothing to build for '{manifest.name}' on this machine: every {skipped} was skipped")
+
+
+_LOG_TAIL_LINES = 15
+
+
+def _print_build_report(console, report) -> None:
+    """The tail of each failed job's log; a table of the jobs; what failed, warned or was
+    skipped and why (skips grouped by reason); the totals."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernel_builder.report import human_size
+
+    jobs = [r for r in report.results if r.status != "skipped"]
+    for r in jobs:
+        if r.status == "failed" and r.log:
+            try:
+                lines = Path(r.log).read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+            except OSError:
+                lines = []
+            if lines:
+                console.print(f"[red]{escape(r.label)}[/]: last lines of {escape(r.log)}")
+                console.print(escape("\n".join("    " + line for line in lines)))
+    style = {"built": "green", "up-to-date": "green", "checked": "cyan", "failed": "red", "cancelled": "yellow"}
+    if jobs:
+        table = Table(show_edge=False)
+        for column, justify in (("variant", "left"), ("status", "left"), ("time", "right"), ("size", "right"), ("cache hits", "right")):
+            table.add_column(column, justify=justify, no_wrap=column != "variant")
+        for r in jobs:
+            hits = f"{r.compiler_cache.hits}/{r.compiler_cache.hits + r.compiler_cache.misses}" if r.compiler_cache else ""
+            table.add_row(escape(r.label), f"[{style.get(r.status, 'bold')}]{r.status}[/]", f"{r.seconds:.1f} s", human_size(r.size), hits)
+        console.print(table)
+    for r in jobs:
+        if r.status in ("failed", "cancelled", "checked"):
+            console.print(f"[{style[r.status]}]{r.status}[/] {escape(r.label)}: {escape(r.detail)}")
+        for warning in r.warnings:
+            console.print(f"[yellow]warning[/] {escape(r.label)}: {escape(warning)}")
+    skipped: dict[str, list[str]] = {}
+    for r in report.results:
+        if r.status == "skipped":
+            skipped.setdefault(r.detail, []).append(r.label)
+    for reason, labels in skipped.items():
+        console.print(f"[yellow]skipped[/] {escape(', '.join(labels))}: {escape(reason)}")
+    console.print(escape(f"{report.summary_line()}; output in {report.out_dir}"))
 
 
 @app.command()
@@ -171,18 +221,18 @@ def check(
     build_dir: Path = typer.Argument(Path("."), help="A kernel repo (checks every variant in its build/), a build/ folder or one variant folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Check built variants: manylinux_2_28 symbol versions, NEEDED libraries, metadata and digests, import in their environment."""
+    """Check built variants: manylinux_2_28 symbol versions, NEEDED libraries, metadata and digests, stable-ABI symbols, import in their environment."""
     from rich.markup import escape
     from rich.table import Table
 
-    from kernel_builder.checks import FAILED, OK, check_build
+    from kernel_builder.checks import FAILED, OK, WARNING, check_build
 
     reports = check_build(build_dir)
     if as_json:
         _print_json([r.to_json() for r in reports])
     else:
         console = _console()
-        style = {OK: "[green]ok[/]", FAILED: "[red]FAILED[/]"}
+        style = {OK: "[green]ok[/]", FAILED: "[red]FAILED[/]", WARNING: "[yellow]warning[/]"}
         for report in reports:
             table = Table(title=escape(str(report.folder)), title_justify="left")
             table.add_column("check")
@@ -243,9 +293,11 @@ def demo(
 
 
 def _add_env_commands() -> None:
+    from kernel_builder.cli_docker import add_docker_commands
     from kernel_builder.cli_env import env_app
 
     app.add_typer(env_app, name="env", help="List, create and prune kbuild's cached build environments.")
+    add_docker_commands(app)
 
 
 _add_env_commands()

@@ -72,10 +72,11 @@ def create(
     """Create (or reuse) the build environment for a variant and say where it is."""
     from rich.markup import escape
 
-    from kernel_builder.envstore import EnvSpec, ensure_env
+    from kernel_builder.envstore import EnvSpec, ensure_env, forget_unservable
 
     spec = EnvSpec.parse(name)
     progress = _console(stderr=True)
+    forget_unservable(spec)  # asked for by name: try the index again
     env = ensure_env(spec, torch_index, say=lambda line: progress.print(escape(line)))
     _console().print(f"{spec.key}: torch {escape(env.torch_version)} in {escape(env.python)}")
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kernel_builder.errors import BuildError, KbuildError
 from kernel_builder.resources import templates_dir
@@ -130,8 +131,10 @@ def build_project(
     nvcc_threads: int | None = None,
     launchers: dict[str, str] | None = None,
     compile_env: dict[str, str] | None = None,
+    on_step: Callable[[str], None] = lambda step: None,
 ) -> Path:
-    """Configure (first time) and build; return the built library. Output goes to log_file.
+    """Configure (first time) and build; return the built library. Output goes to log_file;
+    `on_step` hears "configure" and "compile" as they start.
 
     Parallelism (Ninja's -j, NVCC_APPEND_FLAGS), the compiler `launchers` (cache entries)
     and `compile_env` are passed outside the project, so they never change the generated
@@ -148,6 +151,7 @@ def build_project(
                 f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release",
                 *(f"-D{k}={v}" for k, v in sorted({**spec.cache, **launchers}.items())),
             ]
+            on_step("configure")
             _run(configure, log, log_file, "configure")
         command = [cmake, "--build", str(build_dir)]
         if jobs:
@@ -155,6 +159,7 @@ def build_project(
         extra = dict(compile_env or {})
         if nvcc_threads:
             extra["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {nvcc_threads}".strip()
+        on_step("compile")
         _run(command, log, log_file, "compile", extra)
     library = build_dir / f"{spec.target}{spec.suffix}"
     if not library.exists():

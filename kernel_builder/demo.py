@@ -33,7 +33,8 @@ def run_demo(workdir: Path | None = None, say=print) -> Path:
     scaffold(root, "kbuild-demo", ["cpu"])
     say(f"scaffolded {root}")
     start = time.perf_counter()
-    _, results = build_kernel(root)
+    _, report = build_kernel(root)
+    results = report.results
     built = [r for r in results if r.status in ("built", "up-to-date")]
     failed = [r for r in results if r.status == "failed"]
     if failed or not built:

@@ -185,6 +185,12 @@ def find_env(spec: EnvSpec) -> BuildEnv | None:
     return None
 
 
+def managed_specs() -> list[EnvSpec]:
+    """What the store's folder names promise, complete or not: a cheap listing, by name only."""
+    root = envs_root()
+    return [spec for p in root.iterdir() if (spec := EnvSpec.from_key(p.name)) is not None and p.is_dir()]
+
+
 def ensure_env(spec: EnvSpec, index: str | None = None, say: Callable[[str], None] = lambda s: None) -> BuildEnv:
     """The managed environment for spec, created on first use (pip install of its torch).
 
@@ -230,8 +236,10 @@ def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], N
         except EnvironmentProbeError as e:
             raise fail(e.message) from None
         if not spec.satisfied_by(env):
+            got = f"torch {env.torch_version} ({describe_compute(compute_tag(env))})"
+            _remember_unservable(spec, url, got)
             raise fail(
-                f"it installed torch {env.torch_version} ({describe_compute(compute_tag(env))}), not {spec.describe()}; "
+                f"it installed {got}, not {spec.describe()}; "
                 f"pass --torch-index (or set KBUILD_TORCH_INDEX) to an index that serves {spec.compute} wheels"
             )
         _write_marker(path, spec, requirement, url, env)
@@ -242,6 +250,43 @@ def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], N
         _remove(path)
         raise
     return env
+
+
+# An index that installs the wrong flavour (CPU torch for a CUDA request) will do so again:
+# planning skips such an environment for a while instead of a minute-long pip install that
+# fails the job on every build. `kbuild env create KEY` (or another --torch-index) retries.
+_UNSERVABLE_DAYS = 7
+
+
+def _unservable_file(spec: EnvSpec) -> Path:
+    return envs_root() / f"{spec.key}.unservable.json"
+
+
+def _remember_unservable(spec: EnvSpec, url: str | None, got: str) -> None:
+    record = {"index": url, "installed": got, "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    _unservable_file(spec).write_text(json.dumps(record) + "\n")
+
+
+def forget_unservable(spec: EnvSpec) -> None:
+    _unservable_file(spec).unlink(missing_ok=True)
+
+
+def unservable_reason(spec: EnvSpec, index: str | None = None) -> str | None:
+    """Why creating spec's environment from this index is known to fail, or None."""
+    try:
+        record = json.loads(_unservable_file(spec).read_text())
+        when = datetime.fromisoformat(record["when"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if record.get("index") != pip_request(spec, index)[1]:
+        return None  # another index may serve it: try
+    if datetime.now(timezone.utc) - when > timedelta(days=_UNSERVABLE_DAYS):
+        return None
+    source = record.get("index") or "pip's configured index"
+    return (
+        f"{source} serves no {spec.describe()} (on {when:%Y-%m-%d} it installed {record.get('installed')}); "
+        f"pass --torch-index, or `kbuild env create {spec.key}` to try again"
+    )
 
 
 def _run_logged(steps: list[list[str]], log: Path) -> bool:

@@ -4,7 +4,7 @@ environment for it exist here (or can be created), and if not, why not in one ph
 from __future__ import annotations
 
 from kernel_builder.backends import Unavailable, get_backend
-from kernel_builder.backends.common import host_platform, torch_admits
+from kernel_builder.backends.common import host_platform, stable_abi, torch_admits
 from kernel_builder.env_choice import EnvChooser
 from kernel_builder.manifest import Manifest
 from kernel_builder.variants import Kind, Variant, parse_version
@@ -21,6 +21,21 @@ def torch_bounds_reason(manifest: Manifest | None, torch: tuple[int, int] | None
     return f"[torch] maxver {bounds.maxver} excludes torch {text}"
 
 
+def _stable_abi_reason(manifest: Manifest, variant: Variant) -> str | None:
+    """Why `[torch] stable-abi` rules out this kind of variant for its backend, or None."""
+    if manifest.torch is None or variant.kind is Kind.NOARCH:
+        return None
+    abi = stable_abi(manifest, variant.backend)
+    if abi is None:
+        if variant.kind is Kind.STABLE_ABI:
+            return f"[torch] stable-abi does not name {variant.backend}, so it builds one variant per torch release"
+        return None
+    tag = f"torch-stable-abi{abi[0]}{abi[1]}"
+    if variant.kind is not Kind.STABLE_ABI or variant.torch != abi:
+        return f"[torch] stable-abi builds {variant.backend} once, as {tag}-{variant.compute}-{variant.platform}"
+    return None
+
+
 def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) -> str | None:
     """None if this machine builds `variant` (of `manifest`, if given), else the reason."""
     if manifest is not None:
@@ -30,6 +45,9 @@ def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) ->
             if manifest.noarch is not None:
                 return "[torch-noarch] kernels build torch-<backend> variants"
             return "[torch] kernels build per-torch variants"
+        reason = _stable_abi_reason(manifest, variant)
+        if reason:
+            return reason
     here = "-".join(host_platform())
     if variant.platform is not None and variant.platform != here:
         return f"needs platform {variant.platform} (this machine is {here})"

@@ -2,7 +2,7 @@
 
 A CUDA translation unit that includes torch can take a few GB while nvcc compiles it,
 once per architecture with --threads, so jobs x threads must fit in memory as well as
-in the cores. `--jobs`/`--nvcc-threads` (or torch's MAX_JOBS/NVCC_THREADS variables)
+in the cores. `--max-jobs`/`--nvcc-threads` (or torch's MAX_JOBS/NVCC_THREADS variables)
 override the derived figures."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def available_memory() -> int | None:
     return None
 
 
-def _positive(value: int | str | None, name: str) -> int | None:
+def positive_count(value: int | str | None, name: str) -> int | None:
     if value is None or value == "":
         return None
     try:
@@ -69,10 +69,10 @@ def compile_parallelism(
     cores = cores or available_cores()
     memory = memory if memory is not None else available_memory()
     slots = cores if memory is None else max(1, min(cores, memory // MEMORY_PER_COMPILE))
-    threads = _positive(nvcc_threads, "--nvcc-threads") or _positive(os.environ.get("NVCC_THREADS"), "NVCC_THREADS")
+    threads = positive_count(nvcc_threads, "--nvcc-threads") or positive_count(os.environ.get("NVCC_THREADS"), "NVCC_THREADS")
     if threads is None:
         threads = max(1, min(architectures, slots))
-    wanted_jobs = _positive(jobs, "--jobs") or _positive(os.environ.get("MAX_JOBS"), "MAX_JOBS")
+    wanted_jobs = positive_count(jobs, "--max-jobs") or positive_count(os.environ.get("MAX_JOBS"), "MAX_JOBS")
     if wanted_jobs is None:
         # Each compile may run `threads` backends at once; keep the total within memory,
         # and allow one compile per core so host-only sources overlap the device ones.

@@ -56,7 +56,7 @@ def built_example():
     def build(name: str) -> BuiltExample:
         if name not in built:
             result = kbuild("build", str(EXAMPLES / name), "--json", check=True)
-            rows = {row["backend"]: row for row in json.loads(result.stdout)}
+            rows = {row["backend"]: row for row in json.loads(result.stdout)["jobs"]}
             built[name] = BuiltExample(EXAMPLES / name, rows, result.stderr)
         return built[name]
 

@@ -87,14 +87,15 @@ def test_unknown_or_foreign_variant_is_a_clear_error(tiny):
 
 def test_skipped_backend_is_reported_not_failed(tiny):
     result = kbuild("build", str(tiny), "--json", check=True)
-    rows = {r["backend"]: r for r in json.loads(result.stdout)}
+    rows = {r["backend"]: r for r in json.loads(result.stdout)["jobs"]}
     assert rows["metal"]["status"] == "skipped" and "xcrun not found" in rows["metal"]["detail"]
     assert rows["cpu"]["status"] == "up-to-date"
 
 
 def test_out_option_writes_elsewhere(tiny, tmp_path):
     out = tmp_path / "elsewhere"
-    manifest, results = build_kernel(tiny, out_dir=out)
+    manifest, report = build_kernel(tiny, out_dir=out)
+    results = report.results
     assert [r.status for r in results if r.backend == "cpu"] == ["built"]  # new output, same work tree
     assert (out / VARIANT / "metadata.json").exists()
 
@@ -114,19 +115,19 @@ def test_lifecycle_noop_edit_rebuild_and_failed_build_keeps_old_output(tiny):
     before = library.stat().st_mtime_ns
 
     # Nothing changed: nothing compiled, the output untouched.
-    _, results = build_kernel(tiny)
+    results = build_kernel(tiny)[1].results
     assert [r.status for r in results if r.backend == "cpu"] == ["up-to-date"]
     assert library.stat().st_mtime_ns == before
 
     # A tampered output is rebuilt, not trusted.
     (folder / "layers.py").write_text("# changed\n")
-    _, results = build_kernel(tiny)
+    results = build_kernel(tiny)[1].results
     assert [r.status for r in results if r.backend == "cpu"] == ["built"]
 
     # An edit to a unit's source rebuilds, and the new code is what loads.
     source = tiny / "cpu" / "add.cpp"
     source.write_text(source.read_text().replace("x + TINY_UNIT_FLAG", "x + 2 * TINY_UNIT_FLAG"))
-    _, results = build_kernel(tiny)
+    results = build_kernel(tiny)[1].results
     assert [r.status for r in results if r.backend == "cpu"] == ["built"]
     good = json.loads((folder / "metadata.json").read_text())
 

@@ -156,7 +156,7 @@ def test_a_fresh_work_tree_compiles_nothing_with_a_warm_cache(tmp_path, monkeypa
     def build(kbuild_cache: str, out: str, *options: str) -> dict:
         env = dict(shared, KBUILD_CACHE_DIR=str(tmp_path / kbuild_cache))
         result = kbuild("build", str(kernel), "--variant", VARIANT, "--out", str(tmp_path / out), "--json", *options, env=env, check=True)
-        (row,) = json.loads(result.stdout)
+        (row,) = json.loads(result.stdout)["jobs"]
         return row
 
     cold = build("first", "A")

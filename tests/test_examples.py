@@ -136,7 +136,7 @@ def test_public_kernel_builder_repo_builds_unchanged(tmp_path):
     """relu as the ecosystem writes it: five backends, one binding with #if defined(X_KERNEL)."""
     root = copy_example("relu", tmp_path)
     result = kbuild("build", str(root), "--json", check=True)
-    rows = {r["backend"]: r for r in json.loads(result.stdout)}
+    rows = {r["backend"]: r for r in json.loads(result.stdout)["jobs"]}
     assert rows["cpu"]["status"] == "built" and rows["cpu"]["variant"] == CPU_VARIANT
     if nvcc_path():
         assert rows["cuda"]["status"] == "built" and rows["cuda"]["variant"] == CUDA_VARIANT

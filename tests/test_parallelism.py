@@ -51,7 +51,7 @@ def test_explicit_values_and_torch_variables_override(monkeypatch):
 
 @pytest.mark.parametrize("value", [0, -1, "many"])
 def test_bad_values_are_clear_errors(monkeypatch, value):
-    with pytest.raises(KbuildError, match="--jobs must be a whole number of at least 1"):
+    with pytest.raises(KbuildError, match="--max-jobs must be a whole number of at least 1"):
         compile_parallelism(jobs=value)
     monkeypatch.setenv("NVCC_THREADS", str(value))
     with pytest.raises(KbuildError, match="NVCC_THREADS must be a whole number"):

@@ -43,7 +43,7 @@ def test_init_refuses_an_existing_folder(tmp_path):
 def test_init_then_build_then_generated_tests_pass(tmp_path):
     kbuild("init", "demo", "--backends", "cpu,cuda", cwd=tmp_path, check=True)
     result = kbuild("build", "demo", "--json", cwd=tmp_path, check=True)
-    rows = {r["backend"]: r for r in json.loads(result.stdout)}
+    rows = {r["backend"]: r for r in json.loads(result.stdout)["jobs"]}
     assert rows["cpu"]["status"] == "built"
     if nvcc_path():  # both variants build here: CPU with this torch, CUDA in its managed environment
         assert rows["cuda"]["status"] == "built" and rows["cuda"]["variant"].endswith("-cu130-x86_64-linux")

@@ -297,11 +297,11 @@ def test_build_matrix_builds_the_selection_and_reports_what_it_skips(tmp_path):
     fused = tmp_path / "fused"
     shutil.copytree(FUSED, fused)
     result = kbuild("build", str(fused), "--matrix", "backend=cpu", "--shard", "1/1", "--json", check=True)
-    assert [(r["variant"], r["status"]) for r in json.loads(result.stdout)] == [("torch-cpu", "built")]
+    assert [(r["variant"], r["status"]) for r in json.loads(result.stdout)["jobs"]] == [("torch-cpu", "built")]
     assert (fused / "build" / "torch-cpu" / "metadata.json").is_file()
     # Variants this machine cannot build are skipped by name, with the reason.
     result = kbuild("build", str(TINY), "--matrix", "backend=metal", "--out", str(tmp_path / "out"), "--json")
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["jobs"]
     assert {r["variant"] for r in rows} == {f"torch21{m}-metal-aarch64-darwin" for m in (2, 3, 4)}
     assert all(r["status"] == "skipped" and "needs platform aarch64-darwin" in r["detail"] for r in rows)
     assert result.returncode == 1 and "every selected variant was skipped" in result.stderr

@@ -1,14 +1,24 @@
 """What every torch backend shares: the binding's sources, the torch include and link
-settings, and the defines the binding tests (FORMATS.md)."""
+settings, the defines the binding tests (FORMATS.md), and which variant a backend builds:
+one per torch release, or one `torch-stable-abi{M}{m}-...` variant when `[torch]
+stable-abi` names the backend."""
 
 from __future__ import annotations
 
 import platform
 
+from kernel_builder.backends import Unavailable
 from kernel_builder.cmake import CompileSpec, SourceGroup, generated_include_dir
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import KernelUnit, Manifest
-from kernel_builder.variants import Variant, default_matrix, parse_version
+from kernel_builder.variants import (
+    Kind,
+    Variant,
+    arch_variant,
+    default_matrix,
+    parse_version,
+    stable_abi_variant,
+)
 
 # Stable ABI 3.9+: the PyInit module in registration.h only needs the limited API.
 PY_LIMITED_API = "0x03090000"
@@ -49,6 +59,58 @@ def newest_admitted(manifest: Manifest | None, backend: str, backend_version: tu
         if v.backend_version == backend_version and v.platform == here and torch_admits(manifest, v.torch)
     ]
     return max(candidates, key=lambda v: v.torch) if candidates else None
+
+
+def stable_abi(manifest: Manifest | None, backend: str) -> tuple[int, int] | None:
+    """The stable ABI version `[torch] stable-abi` names for this backend, or None."""
+    abi = manifest.torch.stable_abi_for(backend) if manifest and manifest.torch else None
+    return parse_version(abi) if abi else None
+
+
+def env_target(
+    manifest: Manifest | None,
+    backend: str,
+    env: BuildEnv,
+    backend_version: tuple[int, int] | None,
+    platform: tuple[str, str] | None = None,
+) -> Variant | Unavailable:
+    """The variant `env` builds for a backend whose toolchain fits: its own torch's, or the
+    stable-ABI variant, which any torch at least as new as the ABI version compiles.
+    `platform` is (arch, os), by default this machine's."""
+    arch, os_ = platform or host_platform()
+    abi = stable_abi(manifest, backend)
+    if abi is None:
+        return arch_variant(env.torch, backend, backend_version, arch, os_)
+    if env.torch < abi:
+        return Unavailable(
+            backend,
+            f"[torch] stable-abi {abi[0]}.{abi[1]} needs torch {abi[0]}.{abi[1]} or newer to compile; "
+            f"the build environment has torch {env.torch_version}",
+        )
+    return stable_abi_variant(abi, backend, backend_version, arch, os_)
+
+
+def host_default(manifest: Manifest | None, backend: str, backend_version: tuple[int, int] | None) -> Variant | None:
+    """What kbuild builds for a backend when no build environment decides: the stable-ABI
+    variant if build.toml names the backend (and a torch of the default matrix can compile
+    it), else the newest admitted torch of the matrix."""
+    newest = newest_admitted(manifest, backend, backend_version)
+    abi = stable_abi(manifest, backend)
+    if newest is None or abi is None:
+        return newest
+    if newest.torch < abi:
+        return None
+    return stable_abi_variant(abi, backend, backend_version, newest.arch, newest.os)
+
+
+def target_version_define(abi: tuple[int, int]) -> str:
+    """TORCH_TARGET_VERSION for a stable-ABI build: torch's version word
+    (torch/headeronly/version.h: major << 56 | minor << 48 | patch << 40 | ABI tag), with
+    patch and tag 0, spelled as torch/csrc/stable/version.h documents: 2.10 -> 0x020a000000000000.
+    The stable headers then hide every API newer than that release, and torch's other
+    headers refuse to compile."""
+    major, minor = abi
+    return f"TORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"
 
 
 def compiled_files(files: tuple[str, ...], suffixes: tuple[str, ...]) -> tuple[str, ...]:
@@ -116,6 +178,8 @@ def torch_spec(
     """The CompileSpec every torch backend shares (the library named after the op
     namespace, torch's defines, headers and libraries), plus the backend's own `fields`."""
     env = job.env
+    if job.variant.kind is Kind.STABLE_ABI:
+        definitions = (target_version_define(job.variant.torch),) + definitions
     return CompileSpec(
         target=job.ops_name,
         suffix=".abi3.so",

@@ -19,8 +19,9 @@ from kernel_builder.backends import Unavailable, tool_version
 from kernel_builder.backends.common import (
     binding_group,
     cxx_standard,
+    env_target,
+    host_default,
     host_platform,
-    newest_admitted,
     torch_spec,
     unit_group,
 )
@@ -29,7 +30,7 @@ from kernel_builder.cmake import CompileSpec
 from kernel_builder.envs import BuildEnv
 from kernel_builder.errors import BuildError
 from kernel_builder.manifest import KernelUnit, Manifest
-from kernel_builder.variants import Variant, arch_variant, parse_version
+from kernel_builder.variants import Variant, parse_version
 
 CUDA_SUFFIXES = (".cu",)
 
@@ -206,8 +207,7 @@ class CudaBackend:
         reason = self._toolchain_reason(manifest, cuda)
         if reason:
             return Unavailable(self.name, reason)
-        arch, os_ = host_platform()
-        return arch_variant(env.torch, self.name, cuda, arch, os_)
+        return env_target(manifest, self.name, env, cuda)
 
     def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
         """Why this machine cannot build `variant` given a matching environment, or None."""
@@ -216,7 +216,8 @@ class CudaBackend:
 
     def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
         """The CUDA variant to build here when the build environment is not a CUDA torch:
-        nvcc's CUDA version, with the newest torch of the default matrix that ships it."""
+        nvcc's CUDA version, with the newest torch of the default matrix that ships it (or
+        the stable ABI that build.toml names)."""
         nvcc = nvcc_path()
         have = nvcc_version(nvcc) if nvcc else None
         if have is None:
@@ -224,7 +225,7 @@ class CudaBackend:
         reason = cuda_bounds_reason(manifest, have)
         if reason:
             return Unavailable(self.name, reason)
-        variant = newest_admitted(manifest, self.name, have)
+        variant = host_default(manifest, self.name, have)
         if variant is None:
             return Unavailable(
                 self.name,

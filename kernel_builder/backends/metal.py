@@ -20,6 +20,7 @@ from kernel_builder.backends.common import (
     binding_group,
     compiled_files,
     cxx_standard,
+    env_target,
     host_platform,
     torch_spec,
     unit_group,
@@ -29,7 +30,7 @@ from kernel_builder.cmake import CompileSpec, CustomCommand, generated_include_d
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import Manifest
 from kernel_builder.runtime.system import METAL_MIN_MACOS
-from kernel_builder.variants import Variant, arch_variant
+from kernel_builder.variants import Variant
 
 METAL_SUFFIXES = (".metal",)
 OBJCXX_SUFFIXES = (".mm",)
@@ -176,7 +177,7 @@ class MetalBackend:
                 f"the build environment's torch {env.torch_version} is a {env.compute} build; "
                 "Metal variants need a macOS torch with MPS",
             )
-        return arch_variant(env.torch, self.name, None, arch, os_)
+        return env_target(manifest, self.name, env, None, (arch, os_))
 
     def metadata(self, job) -> dict:
         return {}

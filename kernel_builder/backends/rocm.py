@@ -28,7 +28,7 @@ from kernel_builder.backends.common import (
     binding_group,
     compiled_files,
     cxx_standard,
-    host_platform,
+    env_target,
     torch_spec,
     unit_group,
 )
@@ -37,7 +37,7 @@ from kernel_builder.cmake import CompileSpec
 from kernel_builder.envs import BuildEnv
 from kernel_builder.errors import BuildError
 from kernel_builder.manifest import KernelUnit, Manifest
-from kernel_builder.variants import Variant, arch_variant, parse_version
+from kernel_builder.variants import Variant, parse_version
 
 HIP_SUFFIXES = (".cu", ".hip")
 DEFAULT_ARCHS = ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1200", "gfx1201")
@@ -230,8 +230,7 @@ class RocmBackend:
         reason = self._toolchain_reason(rocm)
         if reason:
             return Unavailable(self.name, reason)
-        arch, os_ = host_platform()
-        return arch_variant(env.torch, self.name, rocm, arch, os_)
+        return env_target(manifest, self.name, env, rocm)
 
     def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
         """Why this machine cannot build `variant` given a matching environment, or None."""

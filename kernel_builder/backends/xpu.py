@@ -21,7 +21,7 @@ from kernel_builder.backends import Unavailable, tool_version
 from kernel_builder.backends.common import (
     binding_group,
     cxx_standard,
-    host_platform,
+    env_target,
     torch_spec,
     unit_group,
 )
@@ -29,7 +29,7 @@ from kernel_builder.backends.cpu import CXX_SUFFIXES
 from kernel_builder.cmake import CompileSpec
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import Manifest
-from kernel_builder.variants import Variant, arch_variant, xpu_version
+from kernel_builder.variants import Variant, xpu_version
 
 # torch's convention for SYCL sources; neither CMake nor icpx knows the extension, so
 # they are C++ explicitly.
@@ -76,8 +76,7 @@ class XpuBackend:
                 f"icpx is oneAPI {have[0]}.{have[1]} but torch {env.torch_version} is built with oneAPI "
                 f"{version[0]}.{version[1]}; icpx and torch must share the oneAPI year (libsycl's ABI)",
             )
-        arch, os_ = host_platform()
-        return arch_variant(env.torch, self.name, version, arch, os_)
+        return env_target(manifest, self.name, env, version)
 
     def metadata(self, job) -> dict:
         return {}
