@@ -90,7 +90,8 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
 
     try:
         if job.env is None:
-            progress.step(label, "environment")
+            if not chooser.available(job.variant):
+                progress.step(label, "environment")  # created now: a minute or more of pip
             job = job.with_env(chooser.env_for(job.variant))
         wanted = job_input_hash(job)
         if is_up_to_date(job, wanted):

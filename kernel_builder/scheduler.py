@@ -1,9 +1,10 @@
 """Run a plan's jobs in parallel within the machine's cores and memory.
 
-The machine's compile slots (cores, and free memory at MEMORY_PER_COMPILE each) are shared
-out: `concurrent` jobs run at once and each gets an equal share for its own compiles
-(Ninja's -j and nvcc's --threads, kernel_builder.parallelism), so jobs x compiles x nvcc
-threads stays within memory. `--jobs` sets how many jobs run at once; MAX_JOBS and
+`concurrent` jobs run at once (up to two per core, as free memory allows at
+MEMORY_PER_COMPILE per compile). Each job gets an equal share of the free memory for its
+own compiles (Ninja's -j and nvcc's --threads, kernel_builder.parallelism), so jobs x
+compiles x nvcc threads stays within memory; the cores are not divided, so a job left
+running alone still uses them all. `--jobs` sets how many jobs run at once; MAX_JOBS and
 NVCC_THREADS (or --max-jobs, --nvcc-threads) still set the compiles within one job.
 
 A failing job does not stop the others, unless fail_fast: then the jobs not yet started
@@ -25,6 +26,9 @@ from kernel_builder.parallelism import (
     positive_count,
 )
 
+# Jobs at once per core when memory allows (plan_slots).
+JOBS_PER_CORE = 2
+
 Job = TypeVar("Job")
 Result = TypeVar("Result")
 
@@ -34,7 +38,7 @@ class Slots:
     """How a plan's jobs share the machine."""
 
     concurrent: int  # jobs at once
-    cores: int  # each job's share of the cores
+    cores: int  # the cores each job's compiles may use
     memory: int | None  # and of the free memory (bytes), None when unknown
     max_jobs: int | None = None  # --max-jobs: compiles within one job, overriding the share
     nvcc_threads: int | None = None
@@ -45,7 +49,7 @@ class Slots:
         return compile_parallelism(architectures, self.max_jobs, self.nvcc_threads, cores=self.cores, memory=self.memory)
 
     def describe(self) -> str:
-        return f"{self.concurrent} job(s) at once, {self.cores} core(s) each"
+        return f"{self.concurrent} job(s) at once on {self.cores} core(s)"
 
 
 def plan_slots(
@@ -57,15 +61,23 @@ def plan_slots(
     memory: int | None = None,
 ) -> Slots:
     """Share `cores` and `memory` (default: this machine's) among `job_count` jobs.
-    Without --jobs, as many jobs run at once as there are compile slots (one per core
-    that has MEMORY_PER_COMPILE of free memory), never more than there are jobs."""
+
+    Without --jobs, up to JOBS_PER_CORE jobs per core run at once, as memory allows (one
+    compile of MEMORY_PER_COMPILE each), never more than there are jobs. More jobs than
+    cores, because a job spends much of its time on one core or none (CMake's configure,
+    linking, the import check, one large translation unit while Ninja's other slot idles):
+    another job's compiles fill those gaps."""
     cores = cores or available_cores()
     memory = memory if memory is not None else available_memory()
-    slots = cores if memory is None else max(1, min(cores, memory // MEMORY_PER_COMPILE))
-    concurrent = positive_count(jobs, "--jobs") or max(1, min(job_count, slots))
+    limit = cores * JOBS_PER_CORE
+    if memory is not None:
+        limit = max(1, min(limit, memory // MEMORY_PER_COMPILE))
+    concurrent = positive_count(jobs, "--jobs") or max(1, min(job_count, limit))
     return Slots(
         concurrent=concurrent,
-        cores=max(1, cores // concurrent),
+        # Every job may use every core (the kernel schedules them; a job running alone at
+        # the end then still uses them all); memory is what must not be overcommitted.
+        cores=cores,
         memory=None if memory is None else memory // concurrent,
         max_jobs=max_jobs,
         nvcc_threads=nvcc_threads,

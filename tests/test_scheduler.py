@@ -26,14 +26,18 @@ def _no_overrides(monkeypatch):
 
 
 def test_jobs_share_the_cores_and_memory():
-    # 2 cores, plenty of memory, 3 jobs: 2 at once, one core each.
+    # 2 cores, plenty of memory: up to 2 jobs per core at once, each may use both cores.
     slots = plan_slots(3, cores=2, memory=64 * GB)
-    assert (slots.concurrent, slots.cores) == (2, 1)
-    assert slots.for_job().jobs == 1
+    assert (slots.concurrent, slots.cores) == (3, 2)
+    assert slots.for_job().jobs == 2
+    assert plan_slots(9, cores=2, memory=64 * GB).concurrent == 4
+    # Memory binds first: 5 GB free holds two compiles, whatever the cores.
+    assert plan_slots(9, cores=8, memory=5 * GB).concurrent == 2
     # 16 cores but 8 GB free: 4 compile slots of 2 GB, so 4 jobs at once with 2 GB each,
     # and nvcc compiles one architecture at a time within that share.
     slots = plan_slots(10, cores=16, memory=8 * GB)
-    assert (slots.concurrent, slots.cores, slots.memory) == (4, 4, 2 * GB)
+    assert (slots.concurrent, slots.memory) == (4, 2 * GB)
+    assert slots.for_job().jobs * slots.concurrent * 2 * GB <= 8 * GB
     assert (slots.for_job(architectures=3).jobs, slots.for_job(architectures=3).nvcc_threads) == (1, 1)
     # One job gets the whole machine: Ninja and nvcc use it.
     one = plan_slots(1, cores=16, memory=64 * GB)
@@ -43,7 +47,7 @@ def test_jobs_share_the_cores_and_memory():
 
 def test_jobs_option_overrides_the_limit_and_max_jobs_the_compiles(monkeypatch):
     slots = plan_slots(8, jobs=3, cores=2, memory=64 * GB)
-    assert slots.concurrent == 3 and slots.cores == 1
+    assert slots.concurrent == 3 and slots.for_job().jobs == 2
     assert plan_slots(8, jobs=1, max_jobs=6, cores=2, memory=64 * GB).for_job().jobs == 6
     monkeypatch.setenv("MAX_JOBS", "5")
     assert plan_slots(2, cores=2, memory=64 * GB).for_job().jobs == 5
