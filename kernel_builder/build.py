@@ -278,8 +278,8 @@ def build_lock(manifest: Manifest, out: Path, on_wait: Callable[[str], None]) ->
     kernel_lock = work_root.with_name(f"{work_root.name}.lock")
     output_lock = cache_dir("locks") / f"out-{short_key(str(out.resolve()))}.lock"
     with ExitStack() as held:
-        held.enter_context(exclusive_lock(kernel_lock, on_wait=waiting_for(f"of {manifest.root}")))
-        held.enter_context(exclusive_lock(output_lock, on_wait=waiting_for(f"writing to {out}")))
+        held.enter_context(exclusive_lock(kernel_lock, on_wait=waiting_for(f"of {manifest.root}"), inherit=True))
+        held.enter_context(exclusive_lock(output_lock, on_wait=waiting_for(f"writing to {out}"), inherit=True))
         yield
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernel_builder.errors import BuildError, KbuildError
+from kernel_builder.locks import inherited_lock_fds
 from kernel_builder.resources import templates_dir
 
 
@@ -186,7 +187,10 @@ def _run(command: list[str], log, log_file: Path, step: str, extra_env: dict[str
     log.write("".join(f"{k}={v} " for k, v in (extra_env or {}).items()) + "$ " + " ".join(command) + "\n")
     log.flush()
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
-    result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    # The build's locks go with the tools, so compilers outliving a killed kbuild still hold them.
+    result = subprocess.run(
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False, pass_fds=inherited_lock_fds()
+    )
     if result.returncode != 0:
         log.flush()
         raise BuildError(f"{step} failed: {first_error(log_file)} (full log: {log_file})")

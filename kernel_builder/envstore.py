@@ -272,21 +272,69 @@ def forget_unservable(spec: EnvSpec) -> None:
 
 
 def unservable_reason(spec: EnvSpec, index: str | None = None) -> str | None:
-    """Why creating spec's environment from this index is known to fail, or None."""
-    try:
-        record = json.loads(_unservable_file(spec).read_text())
-        when = datetime.fromisoformat(record["when"])
-    except (OSError, ValueError, KeyError, TypeError):
+    """Why creating spec's environment from this index is known to fail, or None. For a
+    CUDA flavour asked of pip's own configured index, pip is asked first (a dry run of a
+    few seconds): a local or mirrored index may serve another flavour than PyPI does."""
+    url = pip_request(spec, index)[1]
+    record = _unservable_record(spec, url)
+    if record is None and url is None and spec.compute not in _ANY_FLAVOUR:
+        offered = _offered_compute(spec)
+        if offered is not None and offered != spec.compute:
+            version = f"{spec.torch[0]}.{spec.torch[1]}"
+            _remember_unservable(spec, url, f"torch {version} ({describe_compute(offered)})")
+            record = _unservable_record(spec, url)
+    if record is None:
         return None
-    if record.get("index") != pip_request(spec, index)[1]:
-        return None  # another index may serve it: try
-    if datetime.now(timezone.utc) - when > timedelta(days=_UNSERVABLE_DAYS):
-        return None
-    source = record.get("index") or "pip's configured index"
+    source = url or "pip's configured index"
     return (
-        f"{source} serves no {spec.describe()} (on {when:%Y-%m-%d} it installed {record.get('installed')}); "
+        f"{source} serves no {spec.describe()} (on {record['when']:%Y-%m-%d} it offered {record.get('installed')}); "
         f"pass --torch-index, or `kbuild env create {spec.key}` to try again"
     )
+
+
+def _unservable_record(spec: EnvSpec, url: str | None) -> dict | None:
+    try:
+        record = json.loads(_unservable_file(spec).read_text())
+        record["when"] = datetime.fromisoformat(record["when"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if record.get("index") != url:
+        return None  # another index may serve it: try
+    if datetime.now(timezone.utc) - record["when"] > timedelta(days=_UNSERVABLE_DAYS):
+        return None
+    return record
+
+
+@functools.lru_cache(maxsize=None)
+def _offered_compute(spec: EnvSpec) -> str | None:
+    """The compute tag of the torch that pip's configured index would install for spec
+    (`pip install --dry-run --report`), or None when pip cannot tell quickly."""
+    import tempfile
+
+    requirement, _ = pip_request(spec)
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    with tempfile.TemporaryDirectory(prefix="kbuild-pip-probe-") as folder:
+        report = Path(folder) / "report.json"
+        command = [base, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
+                   "--timeout", "15", "--retries", "0", "--report", str(report), requirement]
+        try:
+            done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL, timeout=120, check=False)
+            item = json.loads(report.read_text())["install"][0]["metadata"] if done.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
+            item = None
+    return None if item is None else wheel_compute(item, spec.torch)
+
+
+def wheel_compute(metadata: dict, torch: tuple[int, int]) -> str | None:
+    """The compute tag of a torch wheel from its metadata (as pip's --report gives it):
+    the local version label (2.13.0+cpu, +cu130, +rocm7.1), else PyPI's own CUDA flavour
+    for that release when it pulls nvidia-* wheels, else CPU."""
+    local = metadata.get("version", "").partition("+")[2]
+    if local:
+        return local.replace(".", "")
+    if any(r.startswith("nvidia-") for r in metadata.get("requires_dist") or ()):
+        return _index_table()["pypi-cuda"].get(f"{torch[0]}.{torch[1]}")
+    return "cpu"
 
 
 def _run_logged(steps: list[list[str]], log: Path) -> bool:

@@ -1,7 +1,10 @@
 """Exclusive flocks between kbuild processes, with the holder's pid for the waiting message.
 
 The kernel releases a flock when its holder exits, however it exits (SIGKILL included), so
-a lock never outlives a crashed run. The lock file itself may be deleted while held (prune
+a lock never outlives a crashed run. A lock taken with `inherit=True` is also held by the
+build tools kbuild starts (cmake._run passes `inherited_lock_fds()` to them): if kbuild is
+killed, compilers it left running keep the lock until they finish, so the next build
+waits for them instead of racing them in the same work tree. The lock file itself may be deleted while held (prune
 does); a waiter notices and locks the file that is there now."""
 
 from __future__ import annotations
@@ -15,16 +18,27 @@ from typing import Callable, Iterator
 # Called once before blocking, with the holder's pid when it has recorded one.
 OnWait = Callable[[int | None], None]
 
+_inherited: set[int] = set()  # fds of held locks that child build tools share
+
 
 @contextmanager
-def exclusive_lock(path: Path, blocking: bool = True, on_wait: OnWait | None = None) -> Iterator[bool]:
-    """Hold an exclusive flock on `path`. Yields False instead of waiting when not blocking."""
+def exclusive_lock(path: Path, blocking: bool = True, on_wait: OnWait | None = None, inherit: bool = False) -> Iterator[bool]:
+    """Hold an exclusive flock on `path`. Yields False instead of waiting when not blocking.
+    With `inherit`, build tools started while it is held hold it too (module docstring)."""
     fd = _acquire(path, blocking, on_wait)
+    if fd is not None and inherit:
+        _inherited.add(fd)
     try:
         yield fd is not None
     finally:
         if fd is not None:
+            _inherited.discard(fd)
             os.close(fd)
+
+
+def inherited_lock_fds() -> tuple[int, ...]:
+    """The fds to pass to a child build tool (subprocess pass_fds)."""
+    return tuple(sorted(_inherited))
 
 
 def lock_holder(path: Path) -> int | None:

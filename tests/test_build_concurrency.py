@@ -144,3 +144,31 @@ def test_a_variant_killed_between_installs_two_renames_is_put_back(tmp_path):
     remove_stale_staging(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([VARIANT, "other"])
     assert (tmp_path / VARIANT / "metadata.json").read_text() == "{}"
+
+
+def test_compilers_left_running_by_a_killed_build_hold_its_locks(tiny):
+    """SIGKILL reaches kbuild only (as when a CI runner kills the step's main process):
+    the compilers it started run on, holding its locks, so the next build waits for them
+    instead of compiling into the same work tree at the same time."""
+    kbuild("build", str(tiny), NO_CACHE, check=True)
+    edit_source(tiny, "30")
+    build = start_build(tiny)
+    deadline = time.monotonic() + 300
+    while "cc1plus" not in session_processes(build.pid).values():
+        assert build.poll() is None, build.communicate()
+        assert time.monotonic() < deadline, "the compiler never started"
+        time.sleep(0.02)
+    os.kill(build.pid, signal.SIGKILL)  # kbuild alone; cmake, ninja and the compiler live on
+    build.communicate()
+    assert "cc1plus" in session_processes(build.pid).values()
+
+    result = kbuild("build", str(tiny), NO_CACHE, check=True)
+    assert "waiting for another kbuild build" in result.stderr
+    assert not session_processes(build.pid), "the next build ran while the orphans were still compiling"
+    assert_one_complete_variant(tiny)
+    loads = subprocess.run(
+        [sys.executable, "-c", "import kernels, torch; m = kernels.get_local_kernel(__import__('pathlib').Path("
+         f"{str(tiny)!r}), backend='cpu'); print(m.add_one(torch.zeros(2)).tolist())"],
+        capture_output=True, text=True, check=True,
+    )
+    assert loads.stdout.strip() == "[30.0, 30.0]"

@@ -344,3 +344,40 @@ def test_kbuild_env_create_bad_name_via_the_real_cli():
     )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("kbuild: error:")
+
+
+def test_wheel_compute_reads_the_flavour_of_a_torch_wheel():
+    from kernel_builder.envstore import wheel_compute
+
+    assert wheel_compute({"version": "2.13.0+cpu"}, (2, 13)) == "cpu"
+    assert wheel_compute({"version": "2.12.1+cu126"}, (2, 12)) == "cu126"
+    assert wheel_compute({"version": "2.13.0+rocm7.1"}, (2, 13)) == "rocm71"
+    cuda = {"version": "2.14.1", "requires_dist": ['nvidia-nccl-cu13==2.30.7; platform_system == "Linux"']}
+    assert wheel_compute(cuda, (2, 14)) == "cu130"  # PyPI's own flavour of 2.14
+    assert wheel_compute({"version": "2.14.1", "requires_dist": ["filelock"]}, (2, 14)) == "cpu"
+
+
+def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_path, monkeypatch):
+    """pip is asked (a dry run) what its configured index would install; on this machine's
+    index torch 2.13 is CPU only (MACHINE.md), so torch213-cu130 is skipped with the reason
+    and the answer is remembered; asking for it by name forgets it."""
+    from kernel_builder import envstore
+
+    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
+    envstore._offered_compute.cache_clear()
+    spec = EnvSpec((2, 13), "cu130")
+    offered = envstore._offered_compute(spec)
+    if offered is None:
+        pytest.skip("pip could not resolve torch==2.13.* from its configured index here")
+    reason = envstore.unservable_reason(spec)
+    if offered == "cu130":
+        assert reason is None
+        return
+    assert reason is not None and "pip's configured index serves no torch 2.13 (CUDA 13.0)" in reason
+    assert "kbuild env create torch213-cu130" in reason
+    assert (tmp_path / "envs" / "torch213-cu130.unservable.json").is_file()
+    envstore.forget_unservable(spec)
+    assert not (tmp_path / "envs" / "torch213-cu130.unservable.json").exists()
+    # Another index may serve it: the record holds for the index it was made for only.
+    envstore._remember_unservable(spec, None, "torch 2.13 (CPU)")
+    assert envstore.unservable_reason(spec, index="https://download.pytorch.org/whl/cu130") is None
