@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+pytest_plugins = ["hub_fixture"]
 
 
 # One kbuild cache for the whole test session, never the user's: probed environments

@@ -8,6 +8,7 @@ from __future__ import annotations
 import platform
 
 from kernel_builder.backends import Unavailable
+from kernel_builder.resources import templates_dir
 from kernel_builder.cmake import CompileSpec, SourceGroup, generated_include_dir
 from kernel_builder.envs import BuildEnv
 from kernel_builder.manifest import KernelUnit, Manifest
@@ -164,6 +165,12 @@ def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ..
 TORCH_LIBRARIES = ("c10", "torch", "torch_cpu")
 
 
+def glibc_compat_group() -> SourceGroup:
+    """templates/build/glibc_compat.cpp: keeps libstdc++'s single-thread check from
+    requiring GLIBC_2.32, so a local build on a newer glibc stays manylinux_2_28."""
+    return SourceGroup(files=(str(templates_dir("build", "glibc_compat.cpp")),))
+
+
 def torch_spec(
     job,
     macro: str,
@@ -180,6 +187,8 @@ def torch_spec(
     env = job.env
     if job.variant.kind is Kind.STABLE_ABI:
         definitions = (target_version_define(job.variant.torch),) + definitions
+    if job.variant.os == "linux" and "CXX" in languages:
+        groups = [*groups, glibc_compat_group()]
     return CompileSpec(
         target=job.ops_name,
         suffix=".abi3.so",

@@ -1,0 +1,775 @@
+"""The Hub's HTTP API, as huggingface_hub and kernels use it: a request in, a response out.
+
+No sockets here (see hub.py): `HubApi.handle(Request) -> Response`. Status codes, headers and
+JSON shapes follow what the clients read (huggingface_hub's hf_api.py, _commit_api.py, lfs.py,
+file_download.py and utils/_http.py): errors carry `X-Error-Code` (RepoNotFound,
+RevisionNotFound, EntryNotFound) so `hf_raise_for_status` raises the same exception classes
+it raises against the Hub, `X-Error-Message`, and a JSON body `{"error": ...}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import fnmatch
+import hashlib
+import hmac
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+from urllib.parse import parse_qs, unquote, urlencode
+
+from .hub_store import (
+    SHA256_RE,
+    File,
+    HubStore,
+    Repo,
+    RevisionTarget,
+    Snapshot,
+    iso_time,
+    lfs_pointer,
+)
+
+TEST_USER = "kbuild-tester"
+WRITE_TOKEN = "hf_test_write_token"
+READ_TOKEN = "hf_test_read_token"
+DEFAULT_TOKENS = {WRITE_TOKEN: "write", READ_TOKEN: "read"}
+
+TYPE_BY_PLURAL = {"models": "model", "datasets": "dataset", "spaces": "space", "kernels": "kernel"}
+URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/", "kernel": "kernels/"}
+
+# The Hub keeps files above 10 MB and binary files (a NUL byte in the sample) out of git.
+LFS_THRESHOLD = 10 * 1024 * 1024
+# The message the Hub sends, and huggingface_hub tests for, when a token is not valid.
+INVALID_TOKEN = "Invalid credentials in Authorization header"
+AUTH_REQUIRED = "Authentication required: this operation needs a token with write access"
+_REPO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+_BAD_REF_CHARS = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
+
+
+class HubError(Exception):
+    """An API error: status, message, the `X-Error-Code` if the Hub sends one, extra headers."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None,
+                 extra: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+        self.headers, self.extra = headers or {}, extra or {}
+
+
+@dataclasses.dataclass
+class Request:
+    method: str
+    path: str                      # percent-encoded, without the query
+    query: dict[str, list[str]]
+    headers: Mapping[str, str]     # case-insensitive (http.client.HTTPMessage)
+    stream: BinaryIO               # the body, read on demand
+    endpoint: str                  # "http://host:port" as the client addressed us
+    _body: bytes | None = None
+
+    def body(self) -> bytes:
+        if self._body is None:
+            self._body = self.stream.read()
+        return self._body
+
+    def json(self) -> Any:
+        raw = self.body()
+        if not raw.strip():
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise HubError(400, "The request body is not valid JSON") from None
+
+    def param(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else None
+
+    def flag(self, name: str) -> bool:
+        return (self.param(name) or "").lower() in ("1", "true")
+
+
+@dataclasses.dataclass
+class Response:
+    status: int
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    body: bytes = b""
+    file: Path | None = None       # served instead of `body`: `length` bytes from `offset`
+    offset: int = 0
+    length: int = 0
+
+    @property
+    def content_length(self) -> int:
+        return self.length if self.file is not None else len(self.body)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    token: str
+    role: str  # "write" or "read"
+
+
+def json_response(data: Any, status: int = 200, headers: dict | None = None,
+                  content_type: str = "application/json; charset=utf-8") -> Response:
+    return Response(status, {"Content-Type": content_type, **(headers or {})}, json.dumps(data).encode())
+
+
+def _header_safe(text: str) -> str:
+    return " ".join(text.split()).encode("latin-1", "replace").decode("latin-1")
+
+
+def _repo_not_found(identity: Identity | None) -> HubError:
+    # Without credentials the Hub answers 401 (it will not say whether a private repo exists).
+    return HubError(401 if identity is None else 404, "Repository not found", "RepoNotFound")
+
+
+def _revision_not_found(revision: str) -> HubError:
+    return HubError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+
+
+def _valid_ref_name(name: str) -> bool:
+    return not (
+        not name or name.startswith(("/", "refs/", "-")) or name.endswith(("/", ".", ".lock"))
+        or "//" in name or ".." in name or "@{" in name or name == "@"
+        or _BAD_REF_CHARS.search(name) or re.fullmatch(r"[0-9a-f]{40}", name)
+    )
+
+
+def _valid_path(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and all(p not in ("", ".", "..") for p in parts) and parts[0] != ".git"
+
+
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+class HubApi:
+    def __init__(self, store: HubStore, tokens: Mapping[str, str], trusted_orgs: tuple[str, ...] = (),
+                 orgs: tuple[str, ...] = (), user: str = TEST_USER, page_size: int = 1000):
+        self.store = store
+        self.tokens = dict(tokens)
+        self.trusted_orgs = tuple(trusted_orgs)
+        self.orgs = tuple(dict.fromkeys((*trusted_orgs, *orgs)))
+        self.user = user
+        self.page_size = page_size
+
+    # -- entry point ----------------------------------------------------------------------
+    def handle(self, req: Request) -> Response:
+        try:
+            identity = self._identity(req)
+            response = self._route(req, identity)
+        except HubError as e:
+            response = json_response({"error": e.message, **e.extra}, e.status, {
+                "X-Error-Message": _header_safe(e.message),
+                **({"X-Error-Code": e.code} if e.code else {}),
+                **e.headers,
+            })
+        response.headers.setdefault("X-Request-Id", str(uuid.uuid4()))
+        return response
+
+    def _identity(self, req: Request) -> Identity | None:
+        header = (req.headers.get("authorization") or "").strip()
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        role = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if role is None:
+            raise HubError(401, INVALID_TOKEN)
+        return Identity(token.strip(), role)
+
+    def _route(self, req: Request, identity: Identity | None) -> Response:
+        segs = [unquote(s) for s in req.path.split("/")[1:]]
+        while len(segs) > 1 and segs[-1] == "":
+            segs.pop()
+        method = req.method
+        if segs[:1] == ["api"]:
+            return self._route_api(req, identity, segs[1:])
+        if segs[:1] == ["lfs-upload"] and method == "PUT" and len(segs) == 4:
+            return self._lfs_put(req, *segs[1:])
+        repo_type = TYPE_BY_PLURAL.get(segs[0]) if segs else None
+        if repo_type and repo_type != "model":
+            segs = segs[1:]
+        repo_type = repo_type or "model"
+        if len(segs) >= 3 and segs[1].endswith(".git") and segs[2:5] == ["info", "lfs", "objects"]:
+            repo_id = f"{segs[0]}/{segs[1][:-4]}"
+            if segs[5:] == ["batch"] and method == "POST":
+                return self._lfs_batch(req, identity, repo_type, repo_id)
+            if segs[5:] == ["verify"] and method == "POST":
+                return self._lfs_verify(req, identity, repo_type, repo_id)
+        if len(segs) >= 5 and segs[2] == "resolve" and method in ("GET", "HEAD"):
+            repo = self._readable(identity, repo_type, f"{segs[0]}/{segs[1]}")
+            return self._resolve_file(req, repo, segs[3], "/".join(segs[4:]))
+        raise HubError(404, "Not found")
+
+    def _route_api(self, req: Request, identity: Identity | None, segs: list[str]) -> Response:
+        method = req.method
+        if segs == ["whoami-v2"] and method == "GET":
+            return self._whoami(identity)
+        if segs == ["validate-yaml"] and method == "POST":
+            return json_response({"errors": [], "warnings": []})
+        if len(segs) == 3 and segs[0] == "organizations" and segs[2] == "overview" and method == "GET":
+            return self._org_overview(segs[1])
+        if segs == ["repos", "create"] and method == "POST":
+            return self._create_repo(req, identity)
+        if segs == ["repos", "delete"] and method == "DELETE":
+            return self._delete_repo(req, identity)
+        if len(segs) < 3 or segs[0] not in TYPE_BY_PLURAL:
+            raise HubError(404, "Not found")
+        repo_type, repo_id, rest = TYPE_BY_PLURAL[segs[0]], f"{segs[1]}/{segs[2]}", segs[3:]
+        action, arg = (rest[0] if rest else ""), "/".join(rest[1:])
+        if method == "GET":
+            if not rest or action == "revision":
+                repo = self._readable(identity, repo_type, repo_id)
+                return self._repo_info(req, repo, arg or "main")
+            if action == "refs" and not arg:
+                return self._refs(req, self._readable(identity, repo_type, repo_id))
+            if action == "tree" and len(rest) >= 2:
+                repo = self._readable(identity, repo_type, repo_id)
+                return self._tree(req, repo, rest[1], "/".join(rest[2:]).strip("/"))
+            if action == "commits" and len(rest) >= 2:
+                return self._commits(req, self._readable(identity, repo_type, repo_id), arg)
+        if method == "POST":
+            if action == "paths-info" and arg:
+                return self._paths_info(req, self._readable(identity, repo_type, repo_id), arg)
+            if action == "preupload" and arg:
+                return self._preupload(req, self._writable(identity, repo_type, repo_id), arg)
+            if action == "commit" and arg:
+                return self._commit(req, self._writable(identity, repo_type, repo_id), arg)
+            if action == "branch" and arg:
+                return self._create_branch(req, self._writable(identity, repo_type, repo_id), arg)
+            if action == "tag" and arg:
+                return self._create_tag(req, self._writable(identity, repo_type, repo_id), arg)
+        if method == "DELETE":
+            if action == "branch" and arg:
+                return self._delete_ref(self._writable(identity, repo_type, repo_id), "heads", arg)
+            if action == "tag" and arg:
+                return self._delete_ref(self._writable(identity, repo_type, repo_id), "tags", arg)
+        if method == "PUT" and action == "settings" and not arg:
+            return self._settings(req, self._writable(identity, repo_type, repo_id))
+        raise HubError(404, "Not found")
+
+    # -- access ---------------------------------------------------------------------------
+    def _readable(self, identity: Identity | None, repo_type: str, repo_id: str) -> Repo:
+        repo = self.store.repo(repo_type, repo_id)
+        # Any valid token belongs to the one test user, who owns every repo.
+        if repo.exists() and (identity is not None or not repo.private):
+            return repo
+        raise _repo_not_found(identity)
+
+    def _writable(self, identity: Identity | None, repo_type: str, repo_id: str) -> Repo:
+        if identity is None:
+            repo = self.store.repo(repo_type, repo_id)
+            if repo.exists() and not repo.private:
+                raise HubError(401, AUTH_REQUIRED)
+            raise _repo_not_found(None)
+        repo = self._readable(identity, repo_type, repo_id)
+        self._require_write(identity, f"write to the {repo_type} repo {repo_id}")
+        return repo
+
+    @staticmethod
+    def _require_write(identity: Identity | None, action: str) -> None:
+        if identity is None:
+            raise HubError(401, AUTH_REQUIRED)
+        if identity.role != "write":
+            raise HubError(403, f"You don't have the rights to {action}: this token has the read role, "
+                                "and the operation needs a token with write access")
+
+    def _resolve(self, repo: Repo, revision: str) -> RevisionTarget:
+        target = repo.resolve(revision)
+        if target is None:
+            raise _revision_not_found(revision)
+        return target
+
+    def _snapshot(self, sha: str) -> Snapshot:
+        return self.store.snapshot(self.store.commit(sha).tree)
+
+    def _repo_url(self, req: Request, repo: Repo) -> str:
+        return f"{req.endpoint}/{URL_PREFIX[repo.type]}{repo.id}"
+
+    # -- account --------------------------------------------------------------------------
+    def _whoami(self, identity: Identity | None) -> Response:
+        if identity is None:
+            raise HubError(401, INVALID_TOKEN)
+        role = "admin" if identity.role == "write" else "read"
+        return json_response({
+            "type": "user", "id": hashlib.sha1(self.user.encode()).hexdigest()[:24], "name": self.user,
+            "fullname": self.user, "email": f"{self.user}@example.invalid", "emailVerified": True,
+            "isPro": False, "canPay": False, "avatarUrl": "",
+            "orgs": [{"type": "org", "name": org, "fullname": org, "roleInOrg": role} for org in self.orgs],
+            "auth": {"type": "access_token",
+                     "accessToken": {"displayName": f"test-{identity.role}", "role": identity.role}},
+        })
+
+    def _org_overview(self, org: str) -> Response:
+        if org not in self.orgs:
+            raise HubError(404, "Organization not found")
+        return json_response({
+            "name": org, "fullname": org, "avatarUrl": "", "type": "org", "isVerified": False,
+            "trustedKernelPublisher": org in self.trusted_orgs,
+            "numModels": 0, "numDatasets": 0, "numSpaces": 0, "numUsers": 1, "numFollowers": 0,
+        })
+
+    # -- repos ----------------------------------------------------------------------------
+    def _repo_body(self, req: Request) -> tuple[str, str, dict]:
+        payload = req.json()
+        if not isinstance(payload, dict):
+            raise HubError(400, "Expected a JSON object")
+        repo_type = payload.get("type") or "model"
+        if repo_type not in URL_PREFIX:
+            raise HubError(400, f"Invalid repo type: {repo_type}")
+        name = payload.get("name") or ""
+        if not isinstance(name, str) or not _REPO_NAME_RE.fullmatch(name) or "--" in name or ".." in name \
+                or name.endswith((".git", ".")):
+            raise HubError(400, f"Invalid repo name: {name!r}")
+        namespace = payload.get("organization") or self.user
+        return repo_type, f"{namespace}/{name}", payload
+
+    def _create_repo(self, req: Request, identity: Identity | None) -> Response:
+        if identity is None:
+            raise HubError(401, AUTH_REQUIRED)
+        repo_type, repo_id, payload = self._repo_body(req)
+        self._require_write(identity, f"create a {repo_type} under this namespace")
+        if "visibility" in payload:
+            private = payload["visibility"] != "public"
+        else:
+            private = bool(payload.get("private"))
+        url = f"{req.endpoint}/{URL_PREFIX[repo_type]}{repo_id}"
+        repo = self.store.create_repo(repo_type, repo_id, private=private, author=self.user)
+        if repo is None:
+            # exist_ok=True reads the url from this answer.
+            raise HubError(409, f"You already created this {repo_type} repo", extra={"url": url})
+        if payload.get("sdk"):
+            repo.update_settings(sdk=payload["sdk"])
+        return json_response({"url": url, "name": repo_id, "id": self._repo_object_id(repo)})
+
+    def _delete_repo(self, req: Request, identity: Identity | None) -> Response:
+        repo_type, repo_id, _ = self._repo_body(req)
+        repo = self._writable(identity, repo_type, repo_id)
+        self.store.delete_repo(repo)
+        return json_response({})
+
+    def _settings(self, req: Request, repo: Repo) -> Response:
+        payload = req.json()
+        changes = {}
+        if "private" in payload:
+            changes["private"] = bool(payload["private"])
+        if "visibility" in payload:
+            changes["private"] = payload["visibility"] != "public"
+        if "gated" in payload:
+            changes["gated"] = payload["gated"]
+        repo.update_settings(**changes)
+        return json_response({})
+
+    @staticmethod
+    def _repo_object_id(repo: Repo) -> str:
+        return hashlib.sha1(f"{repo.type}/{repo.id}".encode()).hexdigest()[:24]
+
+    def _repo_info(self, req: Request, repo: Repo, revision: str) -> Response:
+        sha = self._resolve(repo, revision).sha
+        commit = self.store.commit(sha)
+        snapshot = self.store.snapshot(commit.tree)
+        blobs = req.flag("blobs")
+        siblings = []
+        for path in sorted(snapshot.files):
+            sibling: dict[str, Any] = {"rfilename": path}
+            if blobs:
+                file = snapshot.files[path]
+                sibling.update(size=file.size, blobId=file.blob)
+                if file.lfs_oid:
+                    sibling["lfs"] = {"sha256": file.lfs_oid, "size": file.size, "pointerSize": file.pointer_size}
+            siblings.append(sibling)
+        settings = repo.settings
+        info: dict[str, Any] = {
+            "_id": self._repo_object_id(repo), "id": repo.id, "author": repo.id.split("/")[0], "sha": sha,
+            "lastModified": commit.date, "createdAt": iso_time(settings.get("createdAt", commit.timestamp)),
+            "private": bool(settings.get("private")), "gated": settings.get("gated", False), "disabled": False,
+            "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
+        }
+        if repo.type == "model":
+            info["modelId"] = repo.id
+        if repo.type == "space":
+            info["sdk"] = settings.get("sdk")
+        expand = req.query.get("expand[]") or req.query.get("expand")
+        if expand:
+            info = {k: v for k, v in info.items() if k in ("_id", "id", *expand)}
+        return json_response(info)
+
+    # -- refs -----------------------------------------------------------------------------
+    @staticmethod
+    def _ref_json(kind: str, name: str, sha: str) -> dict:
+        prefix = {"heads": "refs/heads/", "tags": "refs/tags/", "prs": "refs/pr/"}[kind]
+        return {"name": name, "ref": prefix + name, "targetCommit": sha}
+
+    def _refs(self, req: Request, repo: Repo) -> Response:
+        refs = repo.refs()
+        data: dict[str, Any] = {
+            kind_out: [self._ref_json(kind, n, s) for n, s in sorted(refs[kind].items())]
+            for kind_out, kind in (("branches", "heads"), ("tags", "tags"))
+        }
+        data["converts"] = []
+        if req.flag("include_prs"):
+            data["pullRequests"] = [self._ref_json("prs", n, s) for n, s in sorted(refs["prs"].items(), key=lambda x: int(x[0]))]
+        return json_response(data)
+
+    def _create_branch(self, req: Request, repo: Repo, branch: str) -> Response:
+        if not _valid_ref_name(branch):
+            raise HubError(400, f"Invalid branch name: {branch}")
+        start = req.json().get("startingPoint")
+        sha = self._resolve(repo, start or "main").sha
+
+        def add(refs: dict) -> None:
+            if branch in refs["heads"]:
+                raise HubError(409, f"Branch {branch} already exists")
+            refs["heads"][branch] = sha
+
+        repo.update_refs(add)
+        return json_response({"name": branch, "ref": f"refs/heads/{branch}", "targetCommit": sha})
+
+    def _create_tag(self, req: Request, repo: Repo, revision: str) -> Response:
+        payload = req.json()
+        tag = payload.get("tag") or ""
+        if not isinstance(tag, str) or not _valid_ref_name(tag):
+            raise HubError(400, f"Invalid tag name: {tag!r}")
+        sha = self._resolve(repo, revision).sha
+
+        def add(refs: dict) -> None:
+            if tag in refs["tags"]:
+                raise HubError(409, f"Tag {tag} already exists")
+            refs["tags"][tag] = sha
+
+        repo.update_refs(add)
+        return json_response({"name": tag, "ref": f"refs/tags/{tag}", "targetCommit": sha})
+
+    def _delete_ref(self, repo: Repo, kind: str, name: str) -> Response:
+        if kind == "heads" and name == "main":
+            raise HubError(403, "Cannot delete the default branch")
+
+        def remove(refs: dict) -> None:
+            if refs[kind].pop(name, None) is None:
+                raise _revision_not_found(name)
+
+        repo.update_refs(remove)
+        return json_response({})
+
+    # -- listings -------------------------------------------------------------------------
+    @staticmethod
+    def _entry(snapshot: Snapshot, path: str) -> dict:
+        file = snapshot.files.get(path)
+        if file is None:
+            return {"type": "directory", "oid": snapshot.dirs[path], "size": 0, "path": path}
+        entry: dict[str, Any] = {"type": "file", "oid": file.blob, "size": file.size, "path": path}
+        if file.lfs_oid:
+            entry["lfs"] = {"oid": file.lfs_oid, "size": file.size, "pointerSize": file.pointer_size}
+        return entry
+
+    def _last_commits(self, repo: Repo, sha: str, paths: list[str]) -> dict[str, dict]:
+        """For each path, the newest commit (first-parent history) that changed it."""
+        def state(snapshot: Snapshot, path: str) -> object:
+            return snapshot.files.get(path) or snapshot.dirs.get(path)
+
+        found: dict[str, dict] = {}
+        pending = list(paths)
+        for commit in repo.history(sha):
+            here = self.store.snapshot(commit.tree)
+            before = self._snapshot(commit.parents[0]) if commit.parents else Snapshot({}, {})
+            info = {"id": commit.sha, "title": commit.title, "date": commit.date}
+            for path in [p for p in pending if state(here, p) != state(before, p)]:
+                found[path] = info
+                pending.remove(path)
+            if not pending:
+                break
+        return found
+
+    def _page(self, req: Request, items: list, page_size: int) -> tuple[list, dict]:
+        """One page of `items` and the `Link: <...>; rel="next"` header the client follows."""
+        try:
+            start = max(0, int(req.param("cursor") or 0))
+        except ValueError:
+            raise HubError(400, "Invalid cursor") from None
+        headers = {}
+        if start + page_size < len(items):
+            query = {k: v[-1] for k, v in req.query.items() if k != "cursor"}
+            query["cursor"] = str(start + page_size)
+            headers["Link"] = f'<{req.endpoint}{req.path}?{urlencode(query)}>; rel="next"'
+        return items[start:start + page_size], headers
+
+    def _tree(self, req: Request, repo: Repo, revision: str, path: str) -> Response:
+        target = self._resolve(repo, revision)
+        snapshot = self._snapshot(target.sha)
+        if path not in snapshot.dirs:
+            raise HubError(404, f"{path} does not exist on \"{revision}\"", "EntryNotFound",
+                           {"X-Repo-Commit": target.sha})
+        prefix = f"{path}/" if path else ""
+        paths = [p for p in (*snapshot.dirs, *snapshot.files) if p and p.startswith(prefix)]
+        if not req.flag("recursive"):
+            paths = [p for p in paths if _parent(p) == path]
+        expand = req.flag("expand")
+        page, headers = self._page(req, sorted(paths), 50 if expand else self.page_size)
+        entries = [self._entry(snapshot, p) for p in page]
+        if expand:
+            last = self._last_commits(repo, target.sha, page)
+            for entry in entries:
+                entry["lastCommit"] = last.get(entry["path"])
+        return json_response(entries, headers=headers)
+
+    def _paths_info(self, req: Request, repo: Repo, revision: str) -> Response:
+        content_type = req.headers.get("content-type") or ""
+        if "json" in content_type:
+            payload = req.json()
+            paths, expand = payload.get("paths") or [], bool(payload.get("expand"))
+        else:
+            form = parse_qs(req.body().decode())
+            paths, expand = form.get("paths", []), (form.get("expand") or ["false"])[-1].lower() == "true"
+        target = self._resolve(repo, revision)
+        snapshot = self._snapshot(target.sha)
+        found = [p.strip("/") for p in paths if p.strip("/") in snapshot.files or p.strip("/") in snapshot.dirs]
+        entries = [self._entry(snapshot, p) for p in found]
+        if expand:
+            last = self._last_commits(repo, target.sha, found)
+            for entry in entries:
+                entry["lastCommit"] = last.get(entry["path"])
+        return json_response(entries)
+
+    def _commits(self, req: Request, repo: Repo, revision: str) -> Response:
+        sha = self._resolve(repo, revision).sha
+        items = [
+            {"id": c.sha, "title": c.title, "message": c.body, "date": c.date,
+             "authors": [{"user": c.author, "avatar": ""}]}
+            for c in repo.history(sha)
+        ]
+        page, headers = self._page(req, items, 50)
+        return json_response(page, headers=headers)
+
+    # -- files ----------------------------------------------------------------------------
+    def _resolve_file(self, req: Request, repo: Repo, revision: str, path: str) -> Response:
+        sha = self._resolve(repo, revision).sha
+        file = self._snapshot(sha).files.get(path)
+        if file is None:
+            raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": sha})
+        headers = {
+            "X-Repo-Commit": sha, "ETag": f'"{file.etag}"', "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream" if file.lfs_oid else "text/plain; charset=utf-8",
+        }
+        if file.lfs_oid:
+            # What the Hub puts on its redirect to the LFS storage, which the client prefers.
+            headers.update({"X-Linked-Etag": f'"{file.lfs_oid}"', "X-Linked-Size": str(file.size)})
+        start, end, status = 0, file.size, 200
+        range_header = req.headers.get("range")
+        if range_header and req.method == "GET":
+            parsed = _parse_range(range_header, file.size)
+            if parsed is None:
+                return Response(416, {**headers, "Content-Range": f"bytes */{file.size}"})
+            start, end = parsed
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{file.size}"
+        if file.lfs_oid:
+            return Response(status, headers, file=self.store.lfs_path(file.lfs_oid), offset=start, length=end - start)
+        return Response(status, headers, self.store.blob_bytes(file.blob)[start:end])
+
+    # -- uploads --------------------------------------------------------------------------
+    def _write_target(self, repo: Repo, revision: str) -> RevisionTarget:
+        """A revision commits can go to: a branch or a pull request ref."""
+        target = repo.resolve(revision)
+        if target is None or target.kind not in ("heads", "prs"):
+            raise _revision_not_found(revision)
+        return target
+
+    @staticmethod
+    def _lfs_patterns(snapshot: Snapshot, store: HubStore) -> list[str]:
+        file = snapshot.files.get(".gitattributes")
+        if file is None or file.lfs_oid:
+            return []
+        patterns = []
+        for line in store.blob_bytes(file.blob).decode(errors="replace").splitlines():
+            fields = line.split()
+            if len(fields) > 1 and "filter=lfs" in fields[1:]:
+                patterns.append(fields[0])
+        return patterns
+
+    @staticmethod
+    def _matches(path: str, pattern: str) -> bool:
+        if "/" not in pattern.strip("/"):
+            return fnmatch.fnmatchcase(PurePosixPath(path).name, pattern)
+        return fnmatch.fnmatchcase(path, pattern.lstrip("/").replace("**/", "*"))
+
+    def _preupload(self, req: Request, repo: Repo, revision: str) -> Response:
+        head = self._write_target(repo, revision).sha
+        snapshot = self._snapshot(head)
+        patterns = self._lfs_patterns(snapshot, self.store)
+        answers = []
+        for item in req.json().get("files") or []:
+            path, size = item.get("path"), item.get("size")
+            if not isinstance(path, str) or not isinstance(size, int):
+                raise HubError(400, "Each file needs a path and a size")
+            try:
+                sample = base64.b64decode(item.get("sample") or "")
+            except ValueError:
+                raise HubError(400, f"Invalid sample for {path}") from None
+            lfs = size > LFS_THRESHOLD or b"\0" in sample or any(self._matches(path, p) for p in patterns)
+            answer: dict[str, Any] = {"path": path, "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False}
+            existing = snapshot.files.get(path)
+            if existing is not None:
+                answer["oid"] = existing.etag  # equal to the local oid -> the client skips the file
+            answers.append(answer)
+        return json_response({"files": answers, "commitOid": head})
+
+    def _commit(self, req: Request, repo: Repo, revision: str) -> Response:
+        lines = [line for line in req.body().splitlines() if line.strip()]
+        try:
+            items = [json.loads(line) for line in lines]
+        except ValueError:
+            raise HubError(400, "The commit payload is not valid NDJSON") from None
+        if not items or items[0].get("key") != "header":
+            raise HubError(400, "The commit payload must start with a header line")
+        header = items[0].get("value") or {}
+        summary = (header.get("summary") or "").strip()
+        if not summary:
+            raise HubError(400, "The commit summary must not be empty")
+        description = header.get("description") or ""
+        message = summary + (f"\n\n{description}" if description.strip() else "")
+        parent_commit = header.get("parentCommit")
+        create_pr = req.flag("create_pr")
+        target = self._write_target(repo, revision)
+
+        def apply(refs: dict) -> tuple[str, str | None]:
+            kind, name = target.kind, target.name
+            head = refs[kind].get(name)
+            if head is None:
+                raise _revision_not_found(revision)
+            if parent_commit and parent_commit != head:
+                raise HubError(412, "A commit has happened since. Please refresh and try again.")
+            files = dict(self._snapshot(head).files)
+            for item in items[1:]:
+                self._apply_operation(files, item)
+            sha = self.store.write_commit(self.store.write_tree(files), (head,), self.user, message)
+            repo.add_commit(sha)
+            if create_pr:
+                number = str(max((int(n) for n in refs["prs"]), default=0) + 1)
+                refs["prs"][number] = sha
+                return sha, number
+            refs[kind][name] = sha
+            return sha, None
+
+        sha, pr = repo.update_refs(apply)
+        base = self._repo_url(req, repo)
+        answer = {"success": True, "commitOid": sha, "commitUrl": f"{base}/commit/{sha}", "hookOutput": ""}
+        if pr is not None:
+            answer["pullRequestUrl"] = f"{base}/discussions/{pr}"
+        return json_response(answer)
+
+    def _apply_operation(self, files: dict[str, File], item: dict) -> None:
+        key, value = item.get("key"), item.get("value") or {}
+        path = value.get("path") or ""
+        if key in ("file", "lfsFile", "deletedFile") and not _valid_path(path):
+            raise HubError(400, f"Invalid path in repo: {path!r}")
+        if key == "file":
+            if value.get("encoding", "base64") != "base64":
+                raise HubError(400, f"Unsupported encoding for {path}: {value.get('encoding')}")
+            try:
+                content = base64.b64decode(value.get("content") or "", validate=True)
+            except ValueError:
+                raise HubError(400, f"Invalid base64 content for {path}") from None
+            # The same rule preupload applies to the 512-byte sample it sees.
+            if len(content) > LFS_THRESHOLD or b"\0" in content[:512]:
+                raise HubError(400, f"Your push was rejected because it contains binary files or files larger "
+                                    f"than 10 MB ({path}): upload them with LFS")
+            self._place(files, path, File(self.store.write_object("blob", content), len(content)))
+        elif key == "lfsFile":
+            oid = value.get("oid") or ""
+            stored = self.store.lfs_size(oid)
+            if value.get("algo", "sha256") != "sha256" or stored is None:
+                raise HubError(400, f"LFS object {oid} for {path} was not uploaded")
+            if value.get("size") is not None and value["size"] != stored:
+                raise HubError(400, f"LFS object {oid} for {path} has size {stored}, not {value['size']}")
+            pointer = lfs_pointer(oid, stored)
+            self._place(files, path, File(self.store.write_object("blob", pointer), stored, oid, len(pointer)))
+        elif key == "deletedFile":
+            if files.pop(path, None) is None:
+                raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
+        elif key == "deletedFolder":
+            folder = path.strip("/")
+            inside = [p for p in files if not folder or p.startswith(folder + "/")]
+            if not inside:
+                raise HubError(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
+            for p in inside:
+                del files[p]
+        else:
+            raise HubError(400, f"Unknown commit operation: {key!r}")
+
+    @staticmethod
+    def _place(files: dict[str, File], path: str, file: File) -> None:
+        parts = path.split("/")
+        if any("/".join(parts[:i]) in files for i in range(1, len(parts))):
+            raise HubError(400, f"Cannot add {path}: a parent folder of it is a file")
+        if any(p.startswith(path + "/") for p in files):
+            raise HubError(400, f"Cannot add {path}: a folder with this name exists")
+        files[path] = file
+
+    # -- LFS ------------------------------------------------------------------------------
+    def _upload_signature(self, oid: str, size: int) -> str:
+        return hmac.new(self.store.secret, f"{oid}:{size}".encode(), hashlib.sha256).hexdigest()[:32]
+
+    def _lfs_batch(self, req: Request, identity: Identity | None, repo_type: str, repo_id: str) -> Response:
+        payload = req.json()
+        if payload.get("operation") != "upload":
+            self._readable(identity, repo_type, repo_id)
+            raise HubError(422, "Only the upload operation is supported")
+        repo = self._writable(identity, repo_type, repo_id)
+        verify = f"{req.endpoint}/{URL_PREFIX[repo.type]}{repo.id}.git/info/lfs/objects/verify"
+        objects = []
+        for obj in payload.get("objects") or []:
+            oid, size = obj.get("oid"), obj.get("size")
+            answer: dict[str, Any] = {"oid": oid, "size": size}
+            if not isinstance(oid, str) or not SHA256_RE.fullmatch(oid) or not isinstance(size, int) or size < 0:
+                answer["error"] = {"code": 422, "message": "Invalid object: expected a sha256 oid and a size"}
+            elif (stored := self.store.lfs_size(oid)) is not None:
+                if stored != size:
+                    answer["error"] = {"code": 422, "message": f"Object {oid} has size {stored}, not {size}"}
+                # else: no actions -- the server has it, nothing to upload
+            else:
+                href = f"{req.endpoint}/lfs-upload/{oid}/{size}/{self._upload_signature(oid, size)}"
+                answer["authenticated"] = True
+                answer["actions"] = {"upload": {"href": href, "expires_in": 86400},
+                                     "verify": {"href": verify, "expires_in": 86400}}
+            objects.append(answer)
+        return json_response({"transfer": "basic", "objects": objects, "hash_algo": "sha256"},
+                             content_type="application/vnd.git-lfs+json")
+
+    def _lfs_put(self, req: Request, oid: str, size: str, signature: str) -> Response:
+        # The client sends no token here: the signed URL from the batch answer is the permission.
+        if not size.isdigit() or not hmac.compare_digest(signature, self._upload_signature(oid, int(size))):
+            raise HubError(403, "Invalid or expired upload URL")
+        error = self.store.put_lfs(oid, int(size), req.stream)
+        if error:
+            raise HubError(400, f"LFS upload of {oid} failed: {error}")
+        return Response(200)
+
+    def _lfs_verify(self, req: Request, identity: Identity | None, repo_type: str, repo_id: str) -> Response:
+        self._writable(identity, repo_type, repo_id)
+        payload = req.json()
+        oid, size = payload.get("oid") or "", payload.get("size")
+        stored = self.store.lfs_size(oid)
+        if stored is None or stored != size:
+            raise HubError(404, f"LFS object {oid} of size {size} was not found")
+        return json_response({"success": True}, content_type="application/vnd.git-lfs+json")
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """A single `bytes=` range as [start, end); None when it cannot be satisfied."""
+    unit, _, spec = header.partition("=")
+    if unit.strip() != "bytes" or "," in spec:
+        return None
+    first, _, last = spec.strip().partition("-")
+    try:
+        if first == "":
+            length = int(last)
+            return (max(0, size - length), size) if length > 0 and size > 0 else None
+        start = int(first)
+        end = min(int(last) + 1, size) if last else size
+    except ValueError:
+        return None
+    return (start, end) if start < size and start < end else None
