@@ -114,17 +114,25 @@ def find_variant(path: Path | str, backend: str | None = None, *, system: System
 
 
 # -- metadata ------------------------------------------------------------------------
+def read_json(file: Path, error: type[KernelLoadError], remedy: str, missing: str | None = None):
+    """The JSON value in `file`, or `error` with one line ending in `remedy` (`missing`
+    replaces the whole line when the file does not exist)."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(missing or f"cannot read {file}: it does not exist; {remedy}") from None
+    except OSError as e:
+        raise error(f"cannot read {file}: {e.strerror or e}; {remedy}") from None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise error(f"{file} is not valid JSON ({e}); {remedy}") from None
+
+
 def read_metadata(folder: Path | str) -> dict:
     """Read and check `folder/metadata.json`: every required key present with the right type."""
     file = Path(folder) / "metadata.json"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as e:
-        raise KernelLoadError(f"cannot read {file}: {e.strerror or e}; rebuild the kernel") from None
-    try:
-        metadata = json.loads(text)
-    except ValueError as e:
-        raise KernelLoadError(f"{file} is not valid JSON ({e}); rebuild the kernel") from None
+    metadata = read_json(file, KernelLoadError, "rebuild the kernel")
     if not isinstance(metadata, dict):
         raise KernelLoadError(f"{file} must hold a JSON object; rebuild the kernel")
     for key, types in REQUIRED_KEYS.items():
