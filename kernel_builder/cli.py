@@ -335,12 +335,14 @@ def demo(
 
 def _add_env_commands() -> None:
     from kernel_builder.cli_docker import add_docker_commands
+    from kernel_builder.cli_doctor import add_doctor_command
     from kernel_builder.cli_env import env_app
     from kernel_builder.cli_lock import add_lock_command
 
     app.add_typer(env_app, name="env", help="List, create and prune kbuild's cached build environments.")
     add_docker_commands(app)
     add_lock_command(app)
+    add_doctor_command(app)
 
 
 _add_env_commands()

@@ -150,6 +150,8 @@ def test_versions_branches_and_ranges(fused, hub, tmp_path):
     assert stale.returncode == 1 and "build/ does not match the source" in stale.stderr
     kbuild("build", str(fused), check=True)
     assert publish(fused, "--tag", "v1.1.0", *repo, env=env).returncode == 0
+    again = publish(fused, "--tag", "v1.1.0", *repo, env=env)
+    assert again.returncode == 1 and "tag v1.1.0 already exists" in again.stderr
 
     (fused / "build.toml").write_text((fused / "build.toml").read_text().replace("version = 1", "version = 2"))
     mismatch = publish(fused, "--tag", "v1.2.0", *repo, env=env)
@@ -162,6 +164,19 @@ def test_versions_branches_and_ranges(fused, hub, tmp_path):
     assert set(tags) == {"v1.0.0", "v1.1.0", "v2.0.0"}
     assert tags["v1.0.0"] == first != tags["v1.1.0"] == branches["v1"]
     assert tags["v2.0.0"] == branches["v2"]
+
+    # What the runtime resolves from these releases.
+    script = (
+        "import sys\n"
+        "from kernel_builder.runtime import fetch_kernel\n"
+        "for request, version in (('kernels-community/fused@>=1.0,<2.0', None), ('kernels-community/fused', 1),"
+        " ('kernels-community/fused@v2.0.0', None)):\n"
+        "    print(fetch_kernel(request, version, backend='cpu').sha)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=dict(os.environ, **hub_env(hub, tmp_path, token=None)),
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [tags["v1.1.0"], branches["v1"], tags["v2.0.0"]]
 
     # --force moves a tag; without it the tag stays.
     assert publish(fused, "--tag", "v2.0.0", *repo, env=env).returncode == 1
