@@ -334,6 +334,7 @@ def demo(
 
 
 def _add_env_commands() -> None:
+    from kernel_builder.cli_ci import add_ci_commands
     from kernel_builder.cli_docker import add_docker_commands
     from kernel_builder.cli_doctor import add_doctor_command
     from kernel_builder.cli_env import env_app
@@ -343,6 +344,7 @@ def _add_env_commands() -> None:
     add_docker_commands(app)
     add_lock_command(app)
     add_doctor_command(app)
+    add_ci_commands(app)
 
 
 _add_env_commands()
@@ -369,13 +371,13 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except Exception as e:  # click usage errors and aborts carry their own exit codes
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:
+        # Usage errors and aborts, from click or the copy of click that typer bundles
+        # (typer._click): they carry their own message and exit code.
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             sys.exit(1)
         raise
 

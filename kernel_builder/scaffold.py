@@ -9,6 +9,9 @@ package name and a leading `dot-` a leading dot; `.j2` files are rendered with j
 Template variables: `name` (kebab-case), `python_name` (underscores), `backends` (the
 chosen ones, in BACKENDS order) and `kbuild_version`.
 
+The repo also gets the GitHub workflow of `kbuild ci github` (ci_github.py) with its
+defaults, unless GitHub's Linux runners can build none of its variants (Metal only).
+
 Everything is written to a hidden temporary folder beside `dest` and renamed into
 place, so a failure leaves nothing behind."""
 
@@ -70,6 +73,22 @@ def _umask() -> int:
     return mask
 
 
+def _ci_workflow(staging: Path, dest: Path) -> list[Path]:
+    """Write `kbuild ci github`'s workflow into the staged repo; nothing for a Metal-only
+    kernel, whose variants no Linux build image builds."""
+    from kernel_builder.ci_github import WORKFLOW_PATH, render_workflow
+    from kernel_builder.errors import VariantError
+
+    try:
+        text = render_workflow(staging)
+    except VariantError:  # the default selection (Linux x86_64) is empty
+        return []
+    target = staging / WORKFLOW_PATH
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    return [dest / WORKFLOW_PATH]
+
+
 def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
     """Create the kernel repo `dest` for kernel `name` with `backends`; return the files written.
 
@@ -114,6 +133,7 @@ def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
                 else:
                     shutil.copyfile(source, target)
                 written.append(dest / rel)
+        written += _ci_workflow(staging, dest)
         if dest.exists():
             dest.rmdir()  # an empty folder we are allowed to fill
         os.rename(staging, dest)

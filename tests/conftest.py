@@ -23,6 +23,12 @@ pytest_plugins = ["hub_fixture"]
 os.environ["KBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbuild-test-cache-")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The session's kbuild cache (work trees, and managed environments unless
+    KBUILD_ENVS_DIR points elsewhere: several GB) goes with the session."""
+    shutil.rmtree(os.environ["KBUILD_CACHE_DIR"], ignore_errors=True)
+
+
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, as a user would."""
     full_env = dict(os.environ, **(env or {}))

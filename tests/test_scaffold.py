@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import stat
 import sys
 import tomllib
@@ -71,7 +72,9 @@ def expected_files(*folders: str) -> set[str]:
 )
 def test_files_per_backend_set(tmp_path, backends, folders):
     _, files = render(tmp_path, backends)
-    assert files == expected_files(*folders)
+    # Every kernel GitHub's Linux runners can build gets the CI workflow (kbuild ci github).
+    workflow = set() if backends == ["metal"] else {".github/workflows/kbuild.yml"}
+    assert files == expected_files(*folders) | workflow
 
 
 def test_backends_constant():
@@ -126,7 +129,8 @@ def test_rendered_python_is_valid_and_names_are_substituted(tmp_path, name):
     for rel in files:
         text = (root / rel).read_text()
         assert "__python_name__" not in rel and not rel.endswith(".j2") and "dot-" not in rel
-        assert "{{" not in text and "{%" not in text, f"unrendered jinja in {rel}"
+        # `${{ ... }}` is GitHub Actions' own syntax in the workflow, not jinja.
+        assert not re.search(r"(?<!\$)\{\{", text) and "{%" not in text, f"unrendered jinja in {rel}"
         assert "__python_name__" not in text, rel
         if rel.endswith(".py"):
             compile(text, str(root / rel), "exec")
@@ -177,7 +181,7 @@ def test_layer_passes_the_kernels_layer_rules(tmp_path):
 def test_scaffold_accepts_an_existing_empty_folder(tmp_path):
     (tmp_path / "my-op").mkdir()
     _, files = render(tmp_path, ["cpu"])
-    assert files == expected_files("cpu")
+    assert files == expected_files("cpu") | {".github/workflows/kbuild.yml"}
 
 
 def test_scaffold_creates_missing_parents_and_normal_permissions(tmp_path):
