@@ -94,8 +94,8 @@ def github(
     console.print(f"wrote {escape(str(path))}")
     hub = load_manifest(kernel_dir).general.hub
     if hub is None or not hub.repo_id:
-        console.print('note: the publish job needs [general.hub] repo-id = "ORG/NAME" in build.toml, '
-                      "and an HF_TOKEN secret")
+        console.print(escape('note: the publish job needs [general.hub] repo-id = "ORG/NAME" in build.toml, '
+                             "and an HF_TOKEN secret"))
     labels = sorted({label for _, label in options.gpu_runners})
     if labels:  # actionlint rejects runner labels it does not know; the repo's own config lists them
         console.print(f"note: for actionlint, list the runner labels {escape(', '.join(labels))} "
