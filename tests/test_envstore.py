@@ -258,6 +258,9 @@ def test_wrong_flavour_is_caught_and_removed(store):
 
 def test_ctrl_c_removes_the_half_made_env(store):
     script = (
+        # Ctrl-C as in a terminal, even when the test run itself ignores SIGINT (a shell's
+        # background job does, and its children inherit that).
+        "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from kernel_builder.envstore import EnvSpec, ensure_env\n"
         "try:\n    ensure_env(EnvSpec((2, 13), 'cpu'))\n"
         "except KeyboardInterrupt:\n    raise SystemExit(130)\n"
