@@ -77,5 +77,8 @@ def _acquire(path: Path, blocking: bool, on_wait: OnWait | None) -> int | None:
 
 
 def _record_holder(fd: int) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    # One fixed-width write over the old pid: a waiter reading meanwhile sees the old
+    # holder's pid or the new one, never an empty or half-written file.
+    record = f"{os.getpid():>12}\n".encode()
+    os.pwrite(fd, record, 0)
+    os.ftruncate(fd, len(record))

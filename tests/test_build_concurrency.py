@@ -60,7 +60,9 @@ def session_processes(session: int) -> dict[int, str]:
         except OSError:
             continue  # exited meanwhile
         fields = text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        if int(fields[3]) == session:
+        # A zombie has exited (its files and locks are closed); an orphan's new parent
+        # may be slow to reap it.
+        if int(fields[3]) == session and fields[0] != "Z":
             found[int(stat.parent.name)] = text[text.index("(") + 1 : text.rindex(")")]
     return found
 
