@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 
 from kernel_builder import __version__
+from kernel_builder.cli_common import console as _console
 from kernel_builder.errors import KbuildError
 
 app = typer.Typer(
@@ -23,10 +24,6 @@ app = typer.Typer(
 )
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def _print_json(data) -> None:
@@ -261,7 +258,8 @@ def publish(
     """Publish every variant under build/ to branch vMAJOR of a Hub repo in one commit, tag it, and update the repo card."""
     from rich.markup import escape
 
-    from kernel_builder.publish import plan_publish, publish as run_publish
+    from kernel_builder.publish import plan_publish
+    from kernel_builder.publish import publish as run_publish
 
     console = _console(stderr=True)
     plan = plan_publish(kernel_dir, tag, repo_id, allow_dirty)

@@ -10,24 +10,17 @@ from typing import List, Optional
 
 import typer
 
-ci_app = typer.Typer(
-    help="Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from kernel_builder.cli_common import console as _console
+from kernel_builder.cli_common import register_once, sub_app
+
+ci_app = sub_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
 
 
 def add_ci_commands(app: typer.Typer) -> None:
     """Register `kbuild ci ...` on `app` (once)."""
-    if not any(group.typer_instance is ci_app for group in app.registered_groups):
-        app.add_typer(ci_app, name="ci", help="Write a kernel repo's CI workflow (GitHub Actions), and run its steps.")
+    register_once(app, ci_app, "ci", "Write a kernel repo's CI workflow (GitHub Actions), and run its steps.")
 
 
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
 
 
 def _positive_shards(shards: Optional[int]) -> None:
@@ -74,7 +67,12 @@ def github(
     """Write .github/workflows/kbuild.yml: plan, build every variant in the build images, test, publish tags v*.*.*."""
     from rich.markup import escape
 
-    from kernel_builder.ci_github import DEFAULT_INSTALL, DEFAULT_MATRIX, WorkflowOptions, write_workflow
+    from kernel_builder.ci_github import (
+        DEFAULT_INSTALL,
+        DEFAULT_MATRIX,
+        WorkflowOptions,
+        write_workflow,
+    )
     from kernel_builder.errors import KbuildError
 
     _positive_shards(shards)

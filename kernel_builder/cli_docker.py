@@ -8,24 +8,17 @@ from pathlib import Path
 
 import typer
 
-docker_app = typer.Typer(
-    help="Build images for `kbuild build --runner docker`: one per backend family, torch and toolkit version.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+from kernel_builder.cli_common import console as _console
+from kernel_builder.cli_common import register_once, sub_app
+
+docker_app = sub_app("Build images for `kbuild build --runner docker`: one per backend family, torch and toolkit version.")
 
 
 def add_docker_commands(app: typer.Typer) -> None:
     """Register `kbuild docker ...` on `app` (once)."""
-    if not any(group.typer_instance is docker_app for group in app.registered_groups):
-        app.add_typer(docker_app, name="docker", help="Build the images that `kbuild build --runner docker` builds in.")
+    register_once(app, docker_app, "docker", "Build the images that `kbuild build --runner docker` builds in.")
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def default_selector() -> str:

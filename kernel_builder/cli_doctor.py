@@ -10,13 +10,11 @@ from typing import Optional
 
 import typer
 
+from kernel_builder.cli_common import console as _console
+
 STATUS = {"ok": "[green]ok[/]", "limited": "[yellow]limited[/]", "missing": "[red]missing[/]"}
 
 
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
 
 
 def doctor(

@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from kernel_builder.cli_common import console as _console
+
 env_app = typer.Typer(
     help="Managed build environments: one virtual environment per torch version and compute, "
     "created on first use.",
@@ -17,10 +19,6 @@ env_app = typer.Typer(
 )
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def _gb(size_bytes: int) -> str:

@@ -7,11 +7,7 @@ from pathlib import Path
 
 import typer
 
-
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+from kernel_builder.cli_common import console as _console
 
 
 def lock(

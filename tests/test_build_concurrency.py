@@ -76,6 +76,16 @@ def kill_session(session: int) -> None:
             pass
 
 
+def loaded_add_one(root: Path) -> str:
+    """add_one(zeros(2)) of the built kernel, loaded by the kernels package in a fresh process."""
+    loads = subprocess.run(
+        [sys.executable, "-c", "import kernels, torch; m = kernels.get_local_kernel(__import__('pathlib').Path("
+         f"{str(root)!r}), backend='cpu'); print(m.add_one(torch.zeros(2)).tolist())"],
+        capture_output=True, text=True, check=True,
+    )
+    return loads.stdout.strip()
+
+
 def assert_one_complete_variant(root: Path) -> dict:
     """build/ holds exactly the variant, whole: its digests hold; no staging beside it."""
     out = root / "build"
@@ -128,12 +138,7 @@ def test_sigkill_mid_compile_keeps_the_previous_variant_and_the_next_build_succe
     assert "waiting" not in result.stderr and "built " in result.stderr
     after = assert_one_complete_variant(tiny)
     assert after["kbuild"]["input-hash"] != before["kbuild"]["input-hash"]
-    loads = subprocess.run(
-        [sys.executable, "-c", "import kernels, torch; m = kernels.get_local_kernel(__import__('pathlib').Path("
-         f"{str(tiny)!r}), backend='cpu'); print(m.add_one(torch.zeros(2)).tolist())"],
-        capture_output=True, text=True, check=True,
-    )
-    assert loads.stdout.strip() == "[20.0, 20.0]"
+    assert loaded_add_one(tiny) == "[20.0, 20.0]"
 
 
 def test_a_variant_killed_between_installs_two_renames_is_put_back(tmp_path):
@@ -168,9 +173,4 @@ def test_compilers_left_running_by_a_killed_build_hold_its_locks(tiny):
     assert "waiting for another kbuild build" in result.stderr
     assert not session_processes(build.pid), "the next build ran while the orphans were still compiling"
     assert_one_complete_variant(tiny)
-    loads = subprocess.run(
-        [sys.executable, "-c", "import kernels, torch; m = kernels.get_local_kernel(__import__('pathlib').Path("
-         f"{str(tiny)!r}), backend='cpu'); print(m.add_one(torch.zeros(2)).tolist())"],
-        capture_output=True, text=True, check=True,
-    )
-    assert loads.stdout.strip() == "[30.0, 30.0]"
+    assert loaded_add_one(tiny) == "[30.0, 30.0]"
