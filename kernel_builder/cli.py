@@ -337,10 +337,12 @@ def _add_env_commands() -> None:
     from kernel_builder.cli_doctor import add_doctor_command
     from kernel_builder.cli_env import env_app
     from kernel_builder.cli_lock import add_lock_command
+    from kernel_builder.cli_migrate import add_migrate_command
 
     app.add_typer(env_app, name="env", help="List, create and prune kbuild's cached build environments.")
     add_docker_commands(app)
     add_lock_command(app)
+    add_migrate_command(app)
     add_doctor_command(app)
     add_ci_commands(app)
 

@@ -1,4 +1,8 @@
-"""Parse and validate build.toml (kernel-builder edition 5) into a typed Manifest.
+"""Parse and validate build.toml (kernel-builder editions: none, 5 and 6) into a typed Manifest.
+
+A file without `edition` uses the edition-5 schema (most community repos have none). Edition 6
+tags each `[kernel.<name>]` with `language` (cpp-cuda, ...) instead of `backend`; the parsed
+KernelUnit carries the same `backend` either way.
 
 Every error is a ManifestError whose one-line message names the file, the key and what
 was expected, e.g.::
@@ -19,9 +23,11 @@ from typing import Any, Callable
 from kernel_builder.errors import ManifestError
 from kernel_builder.variants import BACKENDS
 
-EDITION = 5
+EDITION = 5  # the schema of a file without `edition`
+EDITIONS = (5, 6)
+BUILD_LAYOUTS = ("files", "zip")
 KEBAB_CASE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-UNIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+UNIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 CAPABILITY = re.compile(r"^\d+\.\d+[a-z]?(\+PTX)?$")
 ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+([:][a-z+-]+)*$")
 VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
@@ -67,6 +73,7 @@ class General:
     cuda: CudaGeneral | None = None
     xpu_python_depends: tuple[str, ...] = ()
     hub: Hub | None = None
+    build_layout: str = "files"  # edition 6: "zip" packs the package into <variant>/<id>.zip
 
     @property
     def python_name(self) -> str:
@@ -255,6 +262,8 @@ def _display(path: Path) -> str:
 
 def _parse(path: Path, file: str, data: dict) -> Manifest:
     unknown = sorted(set(data) - {"general", "torch", "torch-noarch", "kernel"})
+    if "mlx-noarch" in unknown:
+        raise ManifestError(f"{file}: [mlx-noarch]: kbuild does not build MLX kernels yet; use [torch] or [torch-noarch]")
     if unknown:
         raise ManifestError(
             f"{file}: [{unknown[0]}]: unknown section; allowed are [general], [torch], [torch-noarch], [kernel.<name>]"
@@ -319,6 +328,7 @@ def _general(file: str, table: Any) -> General:
             "backends": _str_list,
             "upstream": _str,
             "source": _str,
+            "build-layout": _str,
             "python-depends": _python_depends(None),
             "kernel-depends": _kernel_depends,
             "cuda": _table,
@@ -329,8 +339,15 @@ def _general(file: str, table: Any) -> General:
     )
     if not KEBAB_CASE.match(values["name"]):
         raise reader.error("name", f"expected a kebab-case name such as \"my-kernel\", got {values['name']!r}")
-    if values.get("edition", EDITION) != EDITION:
-        raise reader.error("edition", f"expected {EDITION} (kbuild reads build.toml edition {EDITION}), got {values['edition']}")
+    if values.get("edition", EDITION) not in EDITIONS:
+        raise reader.error(
+            "edition", f"expected 5 or 6, or no edition key (kbuild reads those), got {values['edition']}"
+        )
+    if "build_layout" in values:
+        if values.get("edition", EDITION) < 6:
+            raise reader.error("build-layout", "only valid in edition 6; run `kbuild migrate` or remove it")
+        if values["build_layout"] not in BUILD_LAYOUTS:
+            raise reader.error("build-layout", f"expected one of {', '.join(BUILD_LAYOUTS)}, got {values['build_layout']!r}")
     unknown = [b for b in values["backends"] if b not in BACKENDS]
     if unknown:
         raise reader.error("backends", f"unknown backend {unknown[0]!r}; expected some of {', '.join(BACKENDS)}")
@@ -383,7 +400,6 @@ def _noarch(file: str, table: Any) -> TorchNoarch:
 
 
 _COMMON_UNIT_KEYS: dict[str, Callable[[Any], Any]] = {
-    "backend": _str,
     "depends": _str_list,
     "src": _str_list,
     "include": _str_list,
@@ -402,31 +418,66 @@ _BACKEND_UNIT_KEYS: dict[str, dict[str, Callable[[Any], Any]]] = {
 }
 
 
+# Edition 6 names the unit's language; each C++ language builds for one backend.
+_CPP_LANGUAGE = {backend: f"cpp-{backend}" for backend in BACKENDS}
+_RUST_LANGUAGES = ("rust-cpu", "rust-cuda-oxide", "rust-cutile")
+
+
 def _unit(file: str, name: str, table: Any, general: General) -> KernelUnit:
     section = f"kernel.{name}"
     if not UNIT_NAME.match(name):
-        raise ManifestError(f"{file}: [{section}]: expected a unit name of letters, digits, '_' or '-'")
-    reader = _Reader(file, section, table)
-    backend = table.get("backend") if isinstance(table, dict) else None
-    if "backend" not in reader.table:
-        raise reader.error("backend", f"missing required key; expected one of {', '.join(BACKENDS)}")
-    if backend not in BACKENDS:
-        raise reader.error("backend", f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend not in general.backends:
-        raise reader.error(
-            "backend",
-            f"backend {backend!r} is not in [general] backends ({', '.join(general.backends)}); add it there or remove this unit",
+        raise ManifestError(
+            f"{file}: [{section}]: expected a unit name of letters, digits, '_' or '-' (not starting with '-')"
         )
-    spec = {**_COMMON_UNIT_KEYS, **_BACKEND_UNIT_KEYS[backend]}
+    reader = _Reader(file, section, table)
+    backend = _unit_backend(reader, general)
+    tag_key = "language" if general.edition >= 6 else "backend"
+    spec = {tag_key: _str, **_COMMON_UNIT_KEYS, **_BACKEND_UNIT_KEYS[backend]}
     other_backend_keys = {k for b, keys in _BACKEND_UNIT_KEYS.items() if b != backend for k in keys}
     misplaced = sorted(set(reader.table) & (other_backend_keys - set(spec)))
     if misplaced:
         owner = next(b for b, keys in _BACKEND_UNIT_KEYS.items() if misplaced[0] in keys)
-        raise reader.error(misplaced[0], f"only valid for backend = \"{owner}\", this unit is \"{backend}\"")
+        tag = f'language = "{_CPP_LANGUAGE[owner]}"' if tag_key == "language" else f'backend = "{owner}"'
+        raise reader.error(misplaced[0], f"only valid for {tag}, this unit is \"{reader.table[tag_key]}\"")
     values = reader.read(spec, required=("src",))
+    values.pop(tag_key)
     if not values["src"]:
         raise reader.error("src", "expected at least one source file")
-    return KernelUnit(name=name, **values)
+    return KernelUnit(name=name, backend=backend, **values)
+
+
+def _unit_backend(reader: _Reader, general: General) -> str:
+    """The backend a unit builds for: `backend` (editions none/5) or `language` (edition 6)."""
+    table = reader.table
+    if general.edition >= 6:
+        if "backend" in table:
+            raise reader.error("backend", 'edition 6 uses `language` (e.g. language = "cpp-cuda"), not `backend`')
+        if "language" not in table:
+            raise reader.error("language", f"missing required key; expected one of {', '.join(_CPP_LANGUAGE.values())}")
+        language = table["language"]
+        if language in _RUST_LANGUAGES:
+            raise reader.error("language", f"{language!r}: kbuild does not build Rust units; only cpp-* languages are supported")
+        backend = next((b for b, lang in _CPP_LANGUAGE.items() if lang == language), None)
+        if backend is None:
+            raise reader.error(
+                "language", f"unknown language {language!r}; expected one of {', '.join(_CPP_LANGUAGE.values())}"
+            )
+    else:
+        if "language" in table:
+            raise reader.error(
+                "language", "`language` is edition 6; this file is edition 5 or has none, which uses `backend` (or run `kbuild migrate`)"
+            )
+        if "backend" not in table:
+            raise reader.error("backend", f"missing required key; expected one of {', '.join(BACKENDS)}")
+        backend = table["backend"]
+        if backend not in BACKENDS:
+            raise reader.error("backend", f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    if backend not in general.backends:
+        raise reader.error(
+            "language" if general.edition >= 6 else "backend",
+            f"backend {backend!r} is not in [general] backends ({', '.join(general.backends)}); add it there or remove this unit",
+        )
+    return backend
 
 
 def _check_files(file: str, manifest: Manifest) -> None:

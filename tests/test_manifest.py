@@ -1,7 +1,8 @@
-"""build.toml parsing: every section and key of edition 5, and one clear line per mistake."""
+"""build.toml parsing: every section and key of editions none, 5 and 6, and one clear line per mistake."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -180,8 +181,49 @@ BAD = {
     "python-depends-not-allowed": (lambda t: t.replace('python-depends = ["einops"]', 'python-depends = ["requests"]'), ["[general] python-depends", "'requests'"]),
     "two-frameworks": (lambda t: t + '\n[torch-noarch]\npyext = ["py"]\n', ["exactly one of [torch] or [torch-noarch]"]),
     "unknown-section": (lambda t: t + "\n[extra]\nx = 1\n", ["[extra]", "unknown section"]),
-    "bad-edition": (lambda t: t.replace("edition = 5", "edition = 3"), ["[general] edition", "expected 5"]),
+    "bad-edition": (lambda t: t.replace("edition = 5", "edition = 3"), ["[general] edition", "expected 5 or 6"]),
+    "language-in-edition-5": (lambda t: t.replace('backend = "xpu"', 'language = "cpp-xpu"'), ["[kernel.k_xpu] language", "edition 6", "uses `backend`"]),
+    "build-layout-in-edition-5": (lambda t: t.replace("edition = 5", 'edition = 5\nbuild-layout = "zip"'), ["[general] build-layout", "only valid in edition 6"]),
+    "unit-name-dash": (lambda t: t.replace("[kernel.k_xpu]", "[kernel.-k_xpu]"), ["[kernel.-k_xpu]", "letters, digits, '_' or '-'"]),
+    "mlx-framework": (lambda t: t + "\n[mlx-noarch]\n", ["[mlx-noarch]", "does not build MLX kernels"]),
 }
+
+
+def edition6(toml: str) -> str:
+    """FULL in edition 6: `language = "cpp-<backend>"` for every unit."""
+    return re.sub(r'backend = "(\w+)"', r'language = "cpp-\1"', toml).replace("edition = 5", "edition = 6")
+
+
+def test_edition6_manifest_maps_each_cpp_language_to_its_backend(tmp_path):
+    toml = edition6(FULL).replace("edition = 6", 'edition = 6\nbuild-layout = "zip"')
+    toml = toml.replace("[kernel.k_xpu]", "[kernel._k_xpu]")  # the corpus has units starting with '_'
+    m = load_manifest(make_repo(tmp_path / "k", toml))
+    assert m.general.edition == 6 and m.general.build_layout == "zip"
+    assert [(u.name, u.backend) for u in m.units] == [
+        ("k_cpu", "cpu"), ("k_cpu_avx512", "cpu"), ("k_cuda", "cuda"), ("k_rocm", "rocm"), ("k_metal", "metal"), ("_k_xpu", "xpu"),
+    ]
+    (cuda,) = m.units_for("cuda")
+    assert cuda.cuda_capabilities == ("8.0", "9.0a") and cuda.depends == ("torch", "cutlass_3_x")
+    assert load_manifest(make_repo(tmp_path / "k5", FULL)).general.build_layout == "files"
+
+
+BAD6 = {
+    "rust-unit": (lambda t: t.replace('language = "cpp-cuda"', 'language = "rust-cuda-oxide"'), ["[kernel.k_cuda] language", "does not build Rust units"]),
+    "backend-in-edition-6": (lambda t: t.replace('language = "cpp-xpu"', 'backend = "xpu"'), ["[kernel.k_xpu] backend", "edition 6 uses `language`"]),
+    "unknown-language": (lambda t: t.replace('language = "cpp-xpu"', 'language = "fortran"'), ["[kernel.k_xpu] language", "unknown language 'fortran'", "cpp-cuda"]),
+    "misplaced-language-key": (lambda t: t.replace('cxx-flags = ["-mavx512f"]', 'cuda-flags = ["-x"]'), ['only valid for language = "cpp-cuda"']),
+    "bad-build-layout": (lambda t: t.replace("edition = 6", 'edition = 6\nbuild-layout = "tar"'), ["[general] build-layout", "files, zip"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD6))
+def test_malformed_edition6_manifest_fails_with_one_line(tmp_path, case):
+    change, words = BAD6[case]
+    with pytest.raises(ManifestError) as info:
+        load_manifest(make_repo(tmp_path / "k", change(edition6(FULL))))
+    assert "\n" not in info.value.message and "build.toml" in info.value.message
+    for word in words:
+        assert word in info.value.message, (case, info.value.message)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
