@@ -90,13 +90,13 @@ def test_build_toml_has_one_unit_per_backend(tmp_path, backends):
     toml = tomllib.loads((root / "build.toml").read_text())
     general = toml["general"]
     assert general["name"] == "my-op"
-    assert general["version"] == 1 and general["edition"] == 5 and general["license"] == "Apache-2.0"
+    assert general["version"] == 1 and general["edition"] == 6 and general["license"] == "Apache-2.0"
     assert general["backends"] == [b for b in BACKENDS if b in backends]  # canonical order
     assert toml["torch"]["src"] == ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h"]
     assert set(toml["kernel"]) == {f"my_op_{b}" for b in backends}
     for backend in backends:
         unit = toml["kernel"][f"my_op_{backend}"]
-        assert unit["backend"] == backend and unit["depends"] == ["torch"]
+        assert unit["language"] == f"cpp-{backend}" and unit["depends"] == ["torch"]
         assert unit["src"], backend
         for src in unit["src"]:
             assert src in files, f"{backend} unit lists {src}, which was not written"
