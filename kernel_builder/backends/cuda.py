@@ -37,9 +37,9 @@ CUDA_SUFFIXES = (".cu",)
 # Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
 # GPUs newer than the build still run the kernel through the driver's JIT.
 _DEFAULT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
-    ((13, 0), ("7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")),
-    ((12, 8), ("7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0")),
-    ((0, 0), ("7.0", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0")),
+    ((13, 0), ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1")),
+    ((12, 8), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0")),
+    ((0, 0), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0")),
 )
 
 # What torch's own extension builder passes to nvcc; kernels written for it rely on
