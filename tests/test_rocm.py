@@ -245,7 +245,7 @@ def test_compile_spec_against_a_rocm_torch(tmp_path):
     env = rocm_env()
     root = relu_with_archs(tmp_path, ["gfx90a", "gfx942"])
     (root / "build.toml").write_text(
-        (root / "build.toml").read_text().replace('backend = "rocm"', 'backend = "rocm"\nhip-flags = ["-DRELU_FLAG"]')
+        (root / "build.toml").read_text().replace('language = "cpp-rocm"', 'language = "cpp-rocm"\nhip-flags = ["-DRELU_FLAG"]')
     )
     manifest = load_manifest(root)
     variant = arch_variant(env.torch, "rocm", (7, 1), "x86_64", "linux")
