@@ -16,6 +16,7 @@ from types import ModuleType
 
 from kernel_builder.errors import KbuildError
 from kernel_builder.runtime.digest import verify_digest
+from kernel_builder.runtime.kernels_interop import record_loaded
 from kernel_builder.runtime.select import Decision, check_variant, select_variant
 from kernel_builder.runtime.system import System, detect_system
 from kernel_builder.variants import try_parse
@@ -225,5 +226,6 @@ def load_local(path: Path | str, *, backend: str | None = None, verify: bool = T
                 )
         init = _package_init(folder, metadata)
         module = _import(metadata["id"], init, metadata, folder)
+        record_loaded(metadata["id"], folder)  # so `kernels` can load the same build in this process
         _loaded[folder] = module
         return module
