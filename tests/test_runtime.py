@@ -270,7 +270,10 @@ def test_stray_folders_are_ignored():
 
 def test_selection_agrees_with_kernels_on_this_machine():
     """The same candidates, resolved by the installed `kernels` runtime for this machine."""
-    from kernels.variants import parse_variant, resolve_variant
+    try:  # kernels 0.19 moved its modules under kernels._internals
+        from kernels._internals.variants import parse_variant, resolve_variant
+    except ImportError:
+        from kernels.variants import parse_variant, resolve_variant
 
     s = detect_system()
     t = f"torch{s.torch[0]}{s.torch[1]}"
