@@ -1,0 +1,229 @@
+"""`kbuild test`: run a kernel's own tests (KERNEL_DIR/tests) against its built variant, the
+way kernel-builder's `testshell` does: the variant importable under the kernel's python name,
+LOCAL_KERNELS pointing at the build for get_kernel-style tests, and the kernel's runtime needs
+plus what its tests import installed in a cached test environment (kernel_builder.runtime_env)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from kernel_builder.errors import KbuildError
+from kernel_builder.manifest import Manifest
+from kernel_builder.runtime_env import _IMPORT_PIP as IMPORT_PIP
+from kernel_builder.runtime_env import kernel_runtime_needs, runtime_python
+
+# The runtime tests load kernels with (get_kernel): the base environment's own when it has one
+# (runtime_python installs only what the base lacks, by name), else the version kbuild's test extra pins.
+KERNELS_PIN = "kernels==0.19.1"
+# A skip reason naming one of these means the test needs hardware this machine lacks.
+DEVICE_WORDS = re.compile(r"\b(cuda|gpus?|device|rocm|hip|xpu|mps|metal|npu|triton)\b", re.IGNORECASE)
+# `get_kernel("org/name"...)`-style literals in the tests: each one is pointed at the build.
+REPO_LITERAL = re.compile(r"""get_kernel\(\s*["']([\w.-]+/[\w.-]+)["']""")
+
+
+@dataclass
+class TestRun:
+    kernel: str
+    variant: str
+    python: str
+    packages: tuple[str, ...]
+    exit_code: int
+    counts: dict = field(default_factory=dict)
+    skipped: list = field(default_factory=list)  # [{reason, count}]
+    failures: list = field(default_factory=list)  # [{test, message}]
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> dict:
+        return {
+            "kernel": self.kernel, "variant": self.variant, "python": self.python,
+            "packages": list(self.packages), "ok": self.ok, "exit_code": self.exit_code,
+            "counts": self.counts, "skipped": self.skipped, "failures": self.failures,
+        }
+
+    def summary(self) -> str:
+        c = self.counts
+        line = f"{self.kernel} ({self.variant}): {c['passed']} passed, {c['failed']} failed"
+        if c["errors"]:
+            line += f", {c['errors']} errors"
+        line += f", {c['skipped']} skipped"
+        if c["needs_device"]:
+            line += f" ({c['needs_device']} need a device this machine lacks)"
+        return line
+
+
+# -- what the tests need -----------------------------------------------------------------
+def packages_tests_import(tests_dir: Path, python_name: str) -> list[str]:
+    """pip names of the third-party modules the tests import at top level (stdlib, torch,
+    the kernel itself, `kernels` and the tests' own modules left out)."""
+    local = {p.stem for p in tests_dir.rglob("*.py")} | {p.name for p in tests_dir.rglob("*") if p.is_dir()}
+    skip = set(sys.stdlib_module_names) | {"torch", "kernels", python_name, "conftest", "__future__"} | local
+    found: set[str] = set()
+    for file in sorted(tests_dir.rglob("*.py")):
+        try:
+            tree = ast.parse(file.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue  # pytest reports a broken test file itself
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in skip:
+                    continue
+                found.add(IMPORT_PIP.get(top, top))
+    return sorted(found)
+
+
+def local_kernel_ids(manifest: Manifest, tests_dir: Path) -> list[str]:
+    """Repo ids that should load this build: kernels-community/<name>, the hub repo-id, and
+    any org/name literal the tests pass to get_kernel."""
+    ids = [f"kernels-community/{manifest.name}"]
+    hub = manifest.general.hub
+    if hub is not None and hub.repo_id:
+        ids.append(hub.repo_id)
+    for file in sorted(tests_dir.rglob("*.py")):
+        try:
+            ids += REPO_LITERAL.findall(file.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+    return list(dict.fromkeys(ids))
+
+
+# -- choosing what to test -----------------------------------------------------------------
+def tests_folder(kernel_dir: Path) -> Path:
+    """KERNEL_DIR/tests, or a one-line error before anything is built."""
+    tests_dir = kernel_dir / "tests"
+    if not tests_dir.is_dir():
+        raise KbuildError(f"no tests/ folder in {kernel_dir}: `kbuild test` runs the kernel's own tests from there", exit_code=2)
+    return tests_dir
+
+
+def machine_selection() -> str:
+    """The --matrix selection of the variants kbuild's runtime could load here: this machine's
+    backend and running torch (so `kbuild test` does not build, say, CUDA variants on a GPU-less
+    machine that has nvcc)."""
+    from kernel_builder.runtime.system import detect_system
+
+    system = detect_system()
+    torch = f" torch={system.torch[0]}.{system.torch[1]}" if system.torch else ""
+    return f"backend={system.backend}{torch}"
+
+
+def choose_variant(kernel_dir: Path, variant: str | None) -> Path:
+    """The built variant folder to test: `variant` under build/, else the one the runtime
+    would load on this machine."""
+    from kernel_builder.runtime.loader import find_variant
+
+    if variant is not None:
+        folder = kernel_dir / "build" / variant
+        if not (folder / "metadata.json").is_file():
+            raise KbuildError(f"variant {variant} is not built in {kernel_dir / 'build'} and could not be built here", exit_code=2)
+        return folder
+    try:
+        return find_variant(kernel_dir)
+    except Exception as e:  # the loader's one-line KernelLoadError
+        raise KbuildError(f"no built variant of {kernel_dir} loads on this machine: {e}") from None
+
+
+def variant_python(variant_name: str) -> str:
+    """The interpreter of the environment that built (and so can load) `variant_name`."""
+    from kernel_builder.env_choice import EnvChooser
+    from kernel_builder.variants import Variant
+
+    return str(EnvChooser.from_options().env_for(Variant.parse(variant_name)).python)
+
+
+def import_shim(variant_dir: Path, python_name: str, into: Path) -> Path:
+    """A folder for PYTHONPATH holding `<python_name>` -> the variant folder, so the package
+    (and its relative imports) resolves to exactly the built files."""
+    metadata = json.loads((variant_dir / "metadata.json").read_text(encoding="utf-8"))
+    if metadata.get("build-layout", "files") != "files":
+        # The zip layout packs the package into <variant>/<id>.zip; its native libraries cannot
+        # be imported from a zip, so the tests load it through LOCAL_KERNELS only.
+        raise KbuildError(
+            f"{variant_dir}: build-layout {metadata['build-layout']!r} is not importable by python name; "
+            "test a build with build-layout = \"files\""
+        )
+    (into / python_name).symlink_to(variant_dir.resolve(), target_is_directory=True)
+    return into
+
+
+# -- running pytest and reading its results ------------------------------------------------
+def read_junit(xml_file: Path) -> tuple[dict, list, list]:
+    """(counts, skipped grouped by reason, failures) from pytest's junit XML."""
+    counts = dict(passed=0, failed=0, errors=0, skipped=0, needs_device=0)
+    reasons: Counter = Counter()
+    failures = []
+    if not xml_file.is_file():
+        return counts, [], failures
+    for case in ET.parse(xml_file).getroot().iter("testcase"):
+        test = f"{case.get('classname', '')}::{case.get('name', '')}".lstrip(":")
+        outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            counts["passed"] += 1
+        elif outcome.tag == "skipped":
+            reason = (outcome.get("message") or "").strip()
+            counts["skipped"] += 1
+            reasons[reason] += 1
+            if DEVICE_WORDS.search(reason):
+                counts["needs_device"] += 1
+        else:
+            counts["failed" if outcome.tag == "failure" else "errors"] += 1
+            failures.append({"test": test, "message": (outcome.get("message") or "").strip()})
+    skipped = [{"reason": r, "count": n} for r, n in reasons.most_common()]
+    return counts, skipped, failures
+
+
+def run_kernel_tests(
+    kernel_dir: Path,
+    manifest: Manifest,
+    variant_dir: Path,
+    pytest_args: Sequence[str] = (),
+    *,
+    base_python: str,
+    capture: bool = False,
+) -> TestRun:
+    """Run KERNEL_DIR/tests against `variant_dir` in a test environment layered on
+    `base_python` (the variant's build environment). pytest's output streams through unless
+    `capture` (then it goes to stderr, keeping stdout for --json)."""
+    kernel_dir = kernel_dir.resolve()
+    tests_dir = tests_folder(kernel_dir)
+    variant = variant_dir.name
+    backend = json.loads((variant_dir / "metadata.json").read_text(encoding="utf-8")).get("backend", {})
+    backend = backend.get("type", "cpu") if isinstance(backend, dict) else str(backend)
+    packages = list(kernel_runtime_needs(manifest, backend).packages)
+    packages += ["pytest", *packages_tests_import(tests_dir, manifest.python_name)]
+    packages = tuple(dict.fromkeys([*packages, KERNELS_PIN]))
+    python = runtime_python(base_python, packages)
+
+    with tempfile.TemporaryDirectory(prefix="kbuild-test-") as tmp:
+        (Path(tmp) / "shim").mkdir()
+        shim = import_shim(variant_dir, manifest.python_name, Path(tmp) / "shim")
+        junit = Path(tmp) / "junit.xml"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # the runtime re-hashes variants: no __pycache__ in them
+        env["LOCAL_KERNELS"] = ":".join(f"{rid}={kernel_dir}" for rid in local_kernel_ids(manifest, tests_dir))
+        command = [python, "-m", "pytest", str(tests_dir), "-p", "no:cacheprovider", f"--junitxml={junit}", *pytest_args]
+        code = subprocess.run(command, cwd=kernel_dir, env=env, stdout=sys.stderr if capture else None).returncode
+        counts, skipped, failures = read_junit(junit)
+    return TestRun(manifest.name, variant, python, packages, code, counts, skipped, failures)
+
