@@ -338,6 +338,7 @@ def _add_env_commands() -> None:
     from kernel_builder.cli_env import env_app
     from kernel_builder.cli_lock import add_lock_command
     from kernel_builder.cli_migrate import add_migrate_command
+    from kernel_builder.cli_test import add_test_command
 
     app.add_typer(env_app, name="env", help="List, create and prune kbuild's cached build environments.")
     add_docker_commands(app)
@@ -345,6 +346,7 @@ def _add_env_commands() -> None:
     add_migrate_command(app)
     add_doctor_command(app)
     add_ci_commands(app)
+    add_test_command(app)
 
 
 _add_env_commands()
