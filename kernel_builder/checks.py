@@ -7,7 +7,8 @@ skipped (with why):
 - `stable-abi` (stable-ABI variants only): no `.so` imports a torch symbol outside the
   stable C shim (kernel_builder.stable_symbols);
 - `metadata`: metadata.json has every key the runtime requires and its digests match the files;
-- `import`: the variant imports in its own build environment and registers its ops.
+- `import`: the variant imports in its own build environment, with the kernel's runtime needs
+  added (kernel_builder.runtime_env), and registers its ops.
 
 The policies are data (data/check_policy.toml). `check_variant(folder)` runs them all on
 one folder, so a build can call it on what it just produced; `kbuild check` runs it on
@@ -33,6 +34,7 @@ from kernel_builder.errors import KbuildError
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.loader import read_metadata
 from kernel_builder.runtime.system import detect_arch, detect_os
+from kernel_builder.runtime_env import RuntimeEnvError, runtime_python, variant_runtime_needs
 from kernel_builder.stable_symbols import torch_imports
 from kernel_builder.stamp import STAGING_PREFIX
 from kernel_builder.variants import Kind, Variant, try_parse
@@ -310,6 +312,13 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
     python = python or _environment_python(variant)
     if isinstance(python, CheckResult):
         return python
+    # The kernel's runtime needs (python-depends, triton, other third-party imports) are met in an
+    # overlay over the build environment; needs pip cannot install here skip the check (runtime_env).
+    try:
+        needs = variant_runtime_needs(folder, _metadata_or_empty(folder))
+        python = runtime_python(python, needs.packages)
+    except RuntimeEnvError as exc:
+        return _skipped("import", f"the kernel's runtime needs cannot be met here: {exc.message}")
     backend = "cpu" if variant.backend == "cpu" else ""
     with tempfile.TemporaryDirectory(prefix="kbuild-check-") as path_dir:
         # Only kernel_builder goes on the child's path, never kbuild's own site-packages,
@@ -324,8 +333,7 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
         except subprocess.TimeoutExpired:
             return _failed("import", [f"the import did not finish within {_IMPORT_TIMEOUT_S} s ({python})"])
     if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return _failed("import", [f"import failed in {python}: {lines[-1] if lines else f'exit {done.returncode}'}"])
+        return _failed("import", [f"import failed in {python}: {_import_error(done.stderr, folder, done.returncode)}"])
     ops = json.loads(done.stdout.strip().splitlines()[-1])["ops"]
     if ops:
         shown = ", ".join(op.split("::", 1)[1] for op in ops[:_SYMBOLS_SHOWN]) + (", ..." if len(ops) > _SYMBOLS_SHOWN else "")
@@ -333,6 +341,30 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
     if shared_libraries(folder):
         return _failed("import", [f"imports in {python} but registers no ops under its id"])
     return _ok("import", f"imports in {python} (pure Python, no ops)")
+
+
+def _metadata_or_empty(folder: Path) -> dict:
+    try:
+        return read_metadata(folder)
+    except Exception:  # the metadata check reports it; the needs then come from the files alone
+        return {}
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def _import_error(stderr: str, folder: Path, returncode: int) -> str:
+    """The exception line of a failed import and the deepest frame in the kernel's own files."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    exception = next((line.strip() for line in reversed(lines) if _EXCEPTION.match(line)), None)
+    exception = exception or (lines[-1].strip() if lines else f"exit {returncode}")
+    root = str(folder.resolve())
+    frames = [m for m in map(_FRAME.match, lines) if m and m["file"].startswith(root)]
+    if not frames:
+        return exception
+    where = os.path.relpath(frames[-1]["file"], root)
+    return f"{exception} (at {where}:{frames[-1]['line']})"
 
 
 def check_variant(

@@ -146,7 +146,7 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
     missing = [p for p in wanted if _normalize(p) not in base["dists"]]
     if not missing:
         return base_python
-    key = short_key(json.dumps([base["executable"], base["prefix"], missing]))
+    key = short_key(json.dumps([os.path.realpath(base["executable"]), base["prefix"], missing]))
     root = cache_dir("runtime-envs")
     env = root / key
     python = env / "bin" / "python"

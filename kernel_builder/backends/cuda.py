@@ -241,7 +241,8 @@ class CudaBackend:
         return tuple(i for i in ids if i)
 
     def metadata(self, job) -> dict:
-        return {"archs": list(self.capabilities(job))}
+        # A noarch variant embeds no device code: kernel-builder writes no archs for it.
+        return {"archs": list(self.capabilities(job))} if job.compiled else {}
 
     def capabilities(self, job) -> tuple[str, ...]:
         """Every capability the variant embeds, across units (metadata's backend.archs)."""

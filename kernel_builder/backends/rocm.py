@@ -251,7 +251,8 @@ class RocmBackend:
         return tuple(i for i in ids if i)
 
     def metadata(self, job) -> dict:
-        return {"archs": list(self.archs(job))}
+        # A noarch variant embeds no device code: kernel-builder writes no archs for it.
+        return {"archs": list(self.archs(job))} if job.compiled else {}
 
     def archs(self, job) -> tuple[str, ...]:
         """Every arch the variant embeds, across units (metadata's backend.archs)."""

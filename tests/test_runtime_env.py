@@ -1,0 +1,52 @@
+"""kernel_builder.runtime_env: what a kernel needs at import time, read from build.toml or a
+built variant by one scanner, and the cached overlay interpreter that has it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_builder.manifest import load_manifest
+from kernel_builder.runtime_env import RuntimeEnvError, kernel_runtime_needs, runtime_python, variant_runtime_needs
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_needs_are_python_depends_plus_third_party_imports(tmp_path):
+    needs = kernel_runtime_needs(load_manifest(FIXTURES / "noarch-needs"), "cuda")
+    assert needs.packages == ("einops", "triton")
+    assert dict(needs.why)["triton"] == "torch-ext/noarch_needs/_scale.py imports triton"
+    # A built variant: the same scan over its files, python-depends from metadata.json;
+    # an import guarded by `except ImportError` is optional, not a need.
+    folder = tmp_path / "torch-cuda"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "pkg" / "__init__.py").write_text(
+        "import os, torch, requests\nfrom . import x\ntry:\n    import triton\nexcept ImportError:\n    triton = None\n"
+    )
+    needs = variant_runtime_needs(folder, {"name": "pkg", "python-depends": ["tvm-ffi", "nvidia-cutlass-dsl"]})
+    assert needs.packages == ("apache-tvm-ffi", "nvidia-cutlass-dsl", "requests")
+
+
+def test_the_overlay_is_made_once_sees_torch_and_its_packages():
+    # The same key as the noarch build tests' import check: one creation per session.
+    first = runtime_python(sys.executable, ["triton", "einops"])
+    start = time.perf_counter()
+    again = runtime_python(sys.executable, ["einops", "triton"])
+    assert again == first and time.perf_counter() - start < 5
+    probe = "import torch, triton, einops, sys; print(torch.__file__); print(sys.prefix)"
+    torch_file, prefix = subprocess.run([first, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert torch_file.startswith(sys.prefix)  # the base's torch, not a second one
+    assert Path(prefix) == Path(first).parent.parent
+    assert runtime_python(sys.executable, []) == sys.executable
+
+
+def test_a_package_no_index_has_is_a_one_line_error():
+    with pytest.raises(RuntimeEnvError) as error:
+        runtime_python(sys.executable, ["kbuild-fixture-module-no-index-has"])
+    assert "\n" not in error.value.message
+    assert error.value.message.startswith("could not install kbuild-fixture-module-no-index-has")
+    assert "No matching distribution found" in error.value.message
