@@ -15,6 +15,7 @@ from kernel_builder.plan import BuildJob
 from kernel_builder.provenance import kbuild_git_state
 from kernel_builder.resources import templates_dir
 from kernel_builder.runtime.digest import hash_variant
+from kernel_builder.symbols import describe_package
 
 STAGING_PREFIX = ".kbuild-staging-"
 REPLACED = "old-"  # install's name for the variant it is replacing, until the new one is in place
@@ -78,6 +79,8 @@ def _fill(staging: Path, job: BuildJob, library: Path | None, input_hash: str) -
         ops_name=job.ops_name,
     )
     (staging / "_ops.py").write_text(ops)
+    # Before hashing, so the digest covers it.
+    (staging / "symbols.json").write_text(json.dumps(describe_package(staging), indent=2) + "\n")
     metadata = build_metadata(job, hash_variant(staging), input_hash)
     (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
 

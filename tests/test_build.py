@@ -37,7 +37,7 @@ def test_variant_folder_layout(tiny):
     ops_name = metadata["id"]
     assert ops_name.startswith("_tiny_cpu_") and len(ops_name) == len("_tiny_cpu_") + 7
     names = sorted(p.name for p in folder.iterdir())
-    assert names == sorted(["__init__.py", "_ops.py", "layers.py", "metadata.json", f"{ops_name}.abi3.so"])
+    assert names == sorted(["__init__.py", "_ops.py", "layers.py", "metadata.json", "symbols.json", f"{ops_name}.abi3.so"])
     ops_py = (folder / "_ops.py").read_text()
     assert f"torch.ops.{ops_name}" in ops_py and f'"{ops_name}.abi3.so"' in ops_py
     assert f'"{ops_name}::{{op_name}}"' in ops_py

@@ -118,3 +118,19 @@ def test_two_builds_with_one_id_are_refused(relu_build, runtime_paths, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "kernels refused:" in done.stdout, done.stdout
     assert "kbuild refused:" in done.stdout and "Kernel ids must be unique" in done.stdout, done.stdout
+
+
+def test_kernels_describe_api_reads_our_symbols(relu_build):
+    """The real `kernels describe-api` (0.19.1) on our build: symbols.json is there, in its schema."""
+    import json
+    import shutil
+
+    cli = shutil.which("kernels", path=str(Path(sys.executable).parent))
+    assert cli, "the dev venv has kernels 0.19.1's CLI"
+    done = subprocess.run([cli, "describe-api", str(relu_build), "--json"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["functions"] == [{"name": "relu"}]
+    assert info["layers"] == [{"name": "ReLU", "attributes": {"has_backward": False, "can_torch_compile": True}}]
+    shown = subprocess.run([cli, "describe-api", str(relu_build)], capture_output=True, text=True, check=True).stdout
+    assert "relu" in shown and "ReLU" in shown and "has_backward=False" in shown
