@@ -49,6 +49,8 @@ def test(
         console.print(escape(run.summary()))
         for s in run.skipped:
             console.print(escape(f"  skipped {s['count']}: {s['reason']}"))
+        for n in run.not_installed:
+            console.print(escape(f"  not installed (the tests importing it cannot run): {n['reason']}"))
     if run.exit_code == 5:
         console.print(escape(f"no tests found in {kernel_dir / 'tests'}"))
     if run.exit_code:

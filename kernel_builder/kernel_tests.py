@@ -21,7 +21,7 @@ from typing import Sequence
 from kernel_builder.errors import KbuildError
 from kernel_builder.manifest import Manifest
 from kernel_builder.runtime_env import _IMPORT_PIP as IMPORT_PIP
-from kernel_builder.runtime_env import kernel_runtime_needs, runtime_python
+from kernel_builder.runtime_env import RuntimeEnvError, kernel_runtime_needs, runtime_python
 
 # The runtime tests load kernels with (get_kernel): the base environment's own when it has one
 # (runtime_python installs only what the base lacks, by name), else the version kbuild's test extra pins.
@@ -42,6 +42,7 @@ class TestRun:
     counts: dict = field(default_factory=dict)
     skipped: list = field(default_factory=list)  # [{reason, count}]
     failures: list = field(default_factory=list)  # [{test, message}]
+    not_installed: list = field(default_factory=list)  # [{package, reason}]: test imports pip could not install
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,7 @@ class TestRun:
             "kernel": self.kernel, "variant": self.variant, "python": self.python,
             "packages": list(self.packages), "ok": self.ok, "exit_code": self.exit_code,
             "counts": self.counts, "skipped": self.skipped, "failures": self.failures,
+            "not_installed": self.not_installed,
         }
 
     def summary(self) -> str:
@@ -70,7 +72,7 @@ def packages_tests_import(tests_dir: Path, python_name: str) -> list[str]:
     """pip names of the third-party modules the tests import at top level (stdlib, torch,
     the kernel itself, `kernels` and the tests' own modules left out)."""
     local = {p.stem for p in tests_dir.rglob("*.py")} | {p.name for p in tests_dir.rglob("*") if p.is_dir()}
-    skip = set(sys.stdlib_module_names) | {"torch", "kernels", python_name, "conftest", "__future__"} | local
+    skip = set(sys.stdlib_module_names) | {"torch", "kernels", python_name, "conftest", "__future__", tests_dir.name} | local
     found: set[str] = set()
     for file in sorted(tests_dir.rglob("*.py")):
         try:
@@ -209,10 +211,10 @@ def run_kernel_tests(
     variant = variant_dir.name
     backend = json.loads((variant_dir / "metadata.json").read_text(encoding="utf-8")).get("backend", {})
     backend = backend.get("type", "cpu") if isinstance(backend, dict) else str(backend)
-    packages = list(kernel_runtime_needs(manifest, backend).packages)
-    packages += ["pytest", *packages_tests_import(tests_dir, manifest.python_name)]
-    packages = tuple(dict.fromkeys([*packages, KERNELS_PIN]))
-    python = runtime_python(base_python, packages)
+    required = [*kernel_runtime_needs(manifest, backend).packages, "pytest", KERNELS_PIN]
+    python, packages, not_installed = test_environment(
+        base_python, required, packages_tests_import(tests_dir, manifest.python_name)
+    )
 
     with tempfile.TemporaryDirectory(prefix="kbuild-test-") as tmp:
         (Path(tmp) / "shim").mkdir()
@@ -225,5 +227,29 @@ def run_kernel_tests(
         command = [python, "-m", "pytest", str(tests_dir), "-p", "no:cacheprovider", f"--junitxml={junit}", *pytest_args]
         code = subprocess.run(command, cwd=kernel_dir, env=env, stdout=sys.stderr if capture else None).returncode
         counts, skipped, failures = read_junit(junit)
-    return TestRun(manifest.name, variant, python, packages, code, counts, skipped, failures)
+    return TestRun(manifest.name, variant, python, packages, code, counts, skipped, failures, not_installed)
+
+
+def test_environment(base_python: str, required: Sequence[str], extras: Sequence[str]):
+    """(interpreter, packages installed, [{package, reason}] left out): the kernel's needs,
+    pytest and kernels must install (RuntimeEnvError otherwise); a test import pip cannot
+    install here (say flash_attn, compiled from source) is left out, so only the test files
+    that import it fail to collect instead of the whole run."""
+    wanted = list(dict.fromkeys([*required, *extras]))
+    try:
+        return runtime_python(base_python, wanted), tuple(wanted), []
+    except RuntimeEnvError:
+        pass
+    kept: list[str] = list(dict.fromkeys(required))
+    runtime_python(base_python, kept)  # the needs alone: their error is the run's
+    left_out = []
+    for extra in extras:  # one at a time, to find which ones pip cannot install
+        if extra in kept:
+            continue
+        try:
+            runtime_python(base_python, [*kept, extra])
+            kept.append(extra)
+        except RuntimeEnvError as e:
+            left_out.append({"package": extra, "reason": e.message})
+    return runtime_python(base_python, kept), tuple(kept), left_out
 

@@ -35,7 +35,7 @@ def _json_run(kernel: Path, *args: str):
 def test_own_tests_pass_by_python_name_and_get_kernel_with_device_skip_counted(kernel):
     result, data = _json_run(kernel)
     assert result.returncode == 0, result.stderr
-    assert set(data) == {"kernel", "variant", "python", "packages", "ok", "exit_code", "counts", "skipped", "failures"}
+    assert set(data) == {"kernel", "variant", "python", "packages", "ok", "exit_code", "counts", "skipped", "failures", "not_installed"}
     assert (data["kernel"], data["variant"], data["ok"], data["exit_code"]) == ("tested", "torch-cpu", True, 0)
     assert data["counts"] == {"passed": 2, "failed": 0, "errors": 0, "skipped": 1, "needs_device": 1}
     assert data["skipped"] == [{"reason": "needs CUDA", "count": 1}]
