@@ -147,6 +147,8 @@ PYTORCH = "https://download.pytorch.org/whl"
         ((2, 13), "rocm71", f"{PYTORCH}/rocm7.1"),
         ((2, 14), "rocm72", f"{PYTORCH}/rocm7.2"),
         ((2, 14), "xpu20260", f"{PYTORCH}/xpu"),
+        ((2, 15), "cu132", None),  # PyPI's torch 2.15.0 requires cuda-toolkit 13.2 (experimental in the matrix)
+        ((2, 15), "cu130", f"{PYTORCH}/cu130"),
     ],
 )
 def test_pip_request_default_index(torch, compute, index):
