@@ -1,5 +1,5 @@
-"""transformers end to end with the examples' built CPU kernels (transformers 5.22.2 with
-kernels 0.17.2, the pair that agrees; see MACHINE.md).
+"""transformers end to end with the examples' built CPU kernels (transformers 5.25.0 with
+kernels 0.19.1, the README's pins).
 
 A tiny random Llama is built from a config here and saved locally, so nothing is
 downloaded. Then:
@@ -8,7 +8,11 @@ downloaded. Then:
   device `cpu`; the logits match the plain model;
 - `from_pretrained` with a KernelConfig tuple key fuses post_attention_layernorm + mlp into
   examples/layer-norm's `RMSNormMLP`, using the `RMSNormMLPLayout` kbuild stamps from its
-  kbuild.toml; the plain checkpoint loads with no missing keys and the logits match.
+  kbuild.toml; the plain checkpoint loads with no missing keys and the logits match;
+- a plain `from_pretrained` (5.25 has `use_kernels` on by default) picks up our RMSNorm
+  through the kernel mapping, and `use_kernels=False` turns it off;
+- `attn_implementation="<org>/<repo>"` runs examples/flash-attn's CPU varlen kernel and
+  matches sdpa on the unpadded tokens.
 
 Each scenario runs in a fresh interpreter: kernelize and KernelConfig register mappings
 process-wide."""
@@ -56,6 +60,41 @@ print(json.dumps({
 }))
 """
 
+# No use_kernels argument: transformers 5.25 kernelizes every from_pretrained by default,
+# with its own mapping plus what the user registered (our RMSNorm for "cpu").
+BY_DEFAULT = TINY_LLAMA + r"""
+from pathlib import Path
+from kernels import LocalLayerRepository, register_kernel_mapping
+
+register_kernel_mapping({"RMSNorm": {"cpu": LocalLayerRepository(repo_path=Path(sys.argv[1]), layer_name="RMSNorm")}})
+default = LlamaForCausalLM.from_pretrained(checkpoint).eval()
+off = LlamaForCausalLM.from_pretrained(checkpoint, use_kernels=False).eval()
+with torch.no_grad():
+    got = default(ids).logits
+    got_off = off(ids).logits
+print(json.dumps({
+    "use_kernels": default.use_kernels, "off_use_kernels": off.use_kernels,
+    "norm_module": default.model.layers[0].input_layernorm.forward.__module__,
+    "off_norm_module": off.model.layers[0].input_layernorm.forward.__module__,
+    "max_diff": (got - expected).abs().max().item(), "off_diff": (got_off - expected).abs().max().item(),
+}))
+"""
+
+# attn_implementation="<org>/<repo>": transformers loads the kernel through `kernels`
+# (LOCAL_KERNELS maps the repo id to our build) and calls its flash_attn_varlen_func.
+# flash-attn's CPU kernel takes head dims 64 and 128: two heads of 64 here.
+ATTENTION = TINY_LLAMA.replace("num_attention_heads=4, num_key_value_heads=2",
+                               "num_attention_heads=2, num_key_value_heads=1") + r"""
+sdpa = LlamaForCausalLM.from_pretrained(checkpoint, attn_implementation="sdpa", use_kernels=False).eval()
+hub = LlamaForCausalLM.from_pretrained(checkpoint, attn_implementation="kbuild-test/fused", use_kernels=False).eval()
+mask = torch.ones_like(ids)
+mask[1, :5] = 0  # left padding in the second row: the varlen path
+with torch.no_grad():
+    want = sdpa(ids, attention_mask=mask).logits
+    got = hub(ids, attention_mask=mask).logits
+print(json.dumps({"impl": hub.config._attn_implementation, "max_diff": (got - want)[mask.bool()].abs().max().item()}))
+"""
+
 FUSE = FUSE_RMSNORM_MLP + r"""
 print(json.dumps({
     "layout": type(layer.post_attention_layernorm).__name__,
@@ -90,4 +129,18 @@ def test_from_pretrained_fuses_rmsnorm_and_mlp_into_the_built_rmsnormmlp(built):
     assert report["forward"] == "RMSNormMLP.forward" and "layer_norm" in report["forward_module"]
     assert report["mlp"] == "Identity"
     assert report["missing"] == [] and report["unexpected"] == [], "the plain checkpoint loads into the fused model"
+    assert report["max_diff"] <= TOLERANCE, report
+
+
+def test_use_kernels_is_on_by_default_and_can_be_turned_off(built):
+    report = run(BY_DEFAULT, str(built["layer-norm"]))
+    assert report["use_kernels"] is True and "layer_norm" in report["norm_module"], report
+    assert report["max_diff"] <= TOLERANCE, report
+    assert report["off_use_kernels"] is False and report["off_norm_module"].startswith("transformers."), report
+    assert report["off_diff"] == 0.0, "use_kernels=False is the plain model"
+
+
+def test_attn_implementation_runs_our_flash_attn_from_its_repo_id(built_example):
+    report = run(ATTENTION, kernel=built_example("flash-attn").root)
+    assert report["impl"] == "kbuild-test/fused"
     assert report["max_diff"] <= TOLERANCE, report
