@@ -20,7 +20,7 @@ from typing import Sequence
 
 from kernel_builder.errors import KbuildError
 from kernel_builder.manifest import Manifest
-from kernel_builder.runtime_env import _IMPORT_PIP as IMPORT_PIP
+from kernel_builder.runtime_env import IMPORT_PIP
 from kernel_builder.runtime_env import RuntimeEnvError, kernel_runtime_needs, runtime_python
 
 # The runtime tests load kernels with (get_kernel): the base environment's own when it has one

@@ -60,7 +60,7 @@ _DEPENDS_PIP = {
 # The module each python-depends entry provides, so a scanned import of it is not a second need.
 _DEPENDS_IMPORT = {"tvm-ffi": "tvm_ffi", "nvidia-cutlass-dsl": "cutlass", "onednn": "onednn"}
 # Imports whose pip distribution is spelled differently from the module.
-_IMPORT_PIP = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "cv2": "opencv-python"}
+IMPORT_PIP = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "cv2": "opencv-python"}
 # Always present wherever torch is (torch's own dependencies), never a need.
 _WITH_TORCH = {"torch", "typing_extensions", "sympy", "networkx", "jinja2", "filelock", "fsspec"}
 
@@ -79,8 +79,9 @@ def kernel_runtime_needs(manifest, backend: str) -> RuntimeNeeds:
 def variant_runtime_needs(folder: Path, metadata: dict) -> RuntimeNeeds:
     """The runtime needs of a built variant folder, from its metadata.json and its own Python files."""
     folder = Path(folder)
-    package = folder / folder.name if (folder / folder.name).is_dir() else folder
     name = metadata.get("name", "").replace("-", "_") or folder.name
+    # As the runtime imports it: the variant folder itself, or the package one level down.
+    package = folder / name if not (folder / "__init__.py").is_file() and (folder / name).is_dir() else folder
     return _needs(metadata.get("python-depends", []), package, name, "metadata.json")
 
 
@@ -95,33 +96,81 @@ def _needs(depends: Iterable[str], package_dir: Path, python_name: str, declared
     for module, where in _third_party_imports(package_dir):
         if module in skip:
             continue
-        pip_name = _IMPORT_PIP.get(module, module)
+        pip_name = IMPORT_PIP.get(module, module)
         packages.setdefault(pip_name, f"{where} imports {module}")
     names = tuple(sorted(packages))
     return RuntimeNeeds(packages=names, why=tuple((n, packages[n]) for n in names))
 
 
 def _third_party_imports(package_dir: Path) -> list[tuple[str, str]]:
-    """(top-level module, file) for each absolute, non-optional import under package_dir."""
+    """(top-level module, file) for each absolute, non-optional import that importing the
+    package runs: module-level code (not function bodies, not `if TYPE_CHECKING:`) of
+    `__init__.py` and `layers`, and of the package modules they import in turn. A module
+    nothing imports (an optional backend such as einops' layers/flax.py) adds no needs."""
     found: list[tuple[str, str]] = []
     if not package_dir.is_dir():
         return found
     root = package_dir.parent.parent if package_dir.parent.name == "torch-ext" else package_dir.parent
-    for path in sorted(package_dir.rglob("*.py")):
+    queue = [m for m in (package_dir / "__init__.py", package_dir / "layers.py", package_dir / "layers" / "__init__.py") if m.is_file()]
+    seen: set[Path] = set()
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
         try:
             tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
         except SyntaxError:
             continue  # the import check reports it with its real message
         where = str(path.relative_to(root))
         optional = _optional_imports(tree)
-        for node in ast.walk(tree):
+        for node in _import_time_nodes(tree):
             if id(node) in optional:
                 continue
             if isinstance(node, ast.Import):
                 found += [(alias.name.split(".")[0], where) for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.append((node.module.split(".")[0], where))
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                queue += _package_modules(path, node, package_dir)
     return found
+
+
+def _import_time_nodes(tree: ast.AST):
+    """The statements an import of the module executes: everything but function bodies
+    and `if TYPE_CHECKING:` blocks."""
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack += node.orelse
+            continue
+        yield node
+        stack += list(ast.iter_child_nodes(node))
+
+
+def _package_modules(importer: Path, node: ast.ImportFrom, package_dir: Path) -> list[Path]:
+    """The files of the package that a relative `from .x import y` (or `from . import y`) loads."""
+    base = importer.parent
+    for _ in range(node.level - 1):
+        base = base.parent
+    if node.module:
+        base = base.joinpath(*node.module.split("."))
+        targets = [base]
+    else:
+        targets = [base / alias.name for alias in node.names]
+    files = []
+    for target in targets:
+        for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+            if candidate.is_file() and package_dir in candidate.parents:
+                files.append(candidate)
+        if target != base or not node.module:
+            continue
+        # `from .pkg import sub`: sub may itself be a module of the package
+        files += [f for alias in node.names for f in (target / f"{alias.name}.py", target / alias.name / "__init__.py") if f.is_file()]
+    return files
 
 
 def _optional_imports(tree: ast.AST) -> set[int]:
