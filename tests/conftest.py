@@ -16,6 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 pytest_plugins = ["hub_fixture"]
+# Fixture kernels' own tests (fixtures/tested/tests/) import a built kernel by its python
+# name: they run only through `kbuild test` against a build, never in kbuild's own suite.
+collect_ignore = ["fixtures"]
 
 
 # One kbuild cache for the whole test session, never the user's: probed environments
