@@ -325,9 +325,15 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
         # whose torch would shadow the environment's.
         os.symlink(Path(kernel_builder.__file__).parent, Path(path_dir) / "kernel_builder")
         env = dict(os.environ, PYTHONPATH=path_dir, PYTHONDONTWRITEBYTECODE="1")
+        target = folder.resolve()
+        if variant is not None and variant.kind is Kind.NOARCH and variant.backend != "cpu":
+            # A noarch variant for another device is the same Python: import it here under a
+            # neutral folder name, which the loader does not hold to this machine's backend.
+            target = Path(path_dir) / "noarch-variant"
+            os.symlink(folder.resolve(), target)
         try:
             done = subprocess.run(
-                [python, "-c", _IMPORT_PROBE, str(folder.resolve()), backend],
+                [python, "-c", _IMPORT_PROBE, str(target), backend],
                 capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=_IMPORT_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:
