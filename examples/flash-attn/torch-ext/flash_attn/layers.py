@@ -28,7 +28,10 @@ class LlamaAttention(nn.Module):
     has_backward = HAS_BACKWARD
     can_torch_compile = True
 
-    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
+        # transformers 5.25 names the KV cache `cache`; earlier releases pass `past_key_values`.
+        if cache is None:
+            cache = kwargs.pop("past_key_values", None)
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         q = self.q_proj(hidden_states).view(hidden_shape)
@@ -38,8 +41,8 @@ class LlamaAttention(nn.Module):
             cos, sin = (t.unsqueeze(2) for t in position_embeddings)  # (batch, seqlen, 1, head_dim)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-        if past_key_values is not None:
-            k, v = past_key_values.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
+        if cache is not None:
+            k, v = cache.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
             k, v = k.transpose(1, 2), v.transpose(1, 2)
         causal = kwargs.get("is_causal")
         if causal is None:
