@@ -192,7 +192,7 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
         return base_python
     wanted = sorted(set(packages))
     base = _base_info(base_python)
-    missing = [p for p in wanted if _normalize(p) not in base["dists"]]
+    missing = [_pin_to_torch(p, base["torch"]) for p in wanted if _normalize(p) not in base["dists"]]
     if not missing:
         return base_python
     key = short_key(json.dumps([os.path.realpath(base["executable"]), base["prefix"], missing]))
@@ -215,6 +215,23 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
     return str(python)
 
 
+def _pin_to_torch(requirement: str, torch_version: str | None) -> str:
+    """A bare `triton` becomes the release the base's torch was made with (matrix.toml
+    [triton-for-torch]): pip's newest triton can be too new for that torch."""
+    if requirement != "triton" or torch_version is None:
+        return requirement
+    pinned = triton_for_torch().get(".".join(torch_version.split("+")[0].split(".")[:2]))
+    return f"triton=={pinned}" if pinned else requirement
+
+
+def triton_for_torch() -> dict[str, str]:
+    import tomllib
+    from importlib import resources
+
+    text = resources.files("kernel_builder").joinpath("data/matrix.toml").read_text()
+    return tomllib.loads(text).get("triton-for-torch", {})
+
+
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", name, maxsplit=1)[0]).lower()
 
@@ -224,7 +241,11 @@ import json, site, sys, sysconfig
 from importlib import metadata
 paths = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")] + [p for p in sys.path if p.endswith("site-packages")]
 dists = sorted({(d.metadata["Name"] or "") for d in metadata.distributions()})
-print(json.dumps({"executable": sys.executable, "prefix": sys.prefix, "paths": list(dict.fromkeys(paths)), "dists": dists}))
+try:
+    torch = metadata.version("torch")
+except metadata.PackageNotFoundError:
+    torch = None
+print(json.dumps({"executable": sys.executable, "prefix": sys.prefix, "paths": list(dict.fromkeys(paths)), "dists": dists, "torch": torch}))
 """
 
 

@@ -9,9 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernel_builder.manifest import load_manifest
-from kernel_builder.runtime_env import RuntimeEnvError, kernel_runtime_needs, runtime_python, variant_runtime_needs
+from kernel_builder.runtime_env import (
+    RuntimeEnvError, triton_for_torch, kernel_runtime_needs, runtime_python, variant_runtime_needs,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -37,10 +40,14 @@ def test_the_overlay_is_made_once_sees_torch_and_its_packages():
     start = time.perf_counter()
     again = runtime_python(sys.executable, ["einops", "triton"])
     assert again == first and time.perf_counter() - start < 5
-    probe = "import torch, triton, einops, sys; print(torch.__file__); print(sys.prefix)"
-    torch_file, prefix = subprocess.run([first, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    probe = "import torch, triton, einops, sys; print(torch.__file__); print(sys.prefix); print(triton.__version__)"
+    out = subprocess.run([first, "-c", probe], capture_output=True, text=True, check=True).stdout
+    torch_file, prefix, triton_version = out.split()
     assert torch_file.startswith(sys.prefix)  # the base's torch, not a second one
     assert Path(prefix) == Path(first).parent.parent
+    # The triton torch's own CUDA wheel requires (matrix.toml), not pip's newest.
+    torch_minor = ".".join(torch.__version__.split(".")[:2])
+    assert triton_version == triton_for_torch()[torch_minor]
     assert runtime_python(sys.executable, []) == sys.executable
 
 
