@@ -37,10 +37,13 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print the environm
 
     from kernel_builder.envstore import envs_root, list_envs
 
-    envs = list_envs()
+    from kernel_builder.runtime_env import list_overlays
+
+    envs, overlays = list_envs(), list_overlays()
     if as_json:
-        sys.stdout.write(json.dumps([e.to_json() for e in envs], indent=2) + "\n")
+        sys.stdout.write(json.dumps([*(e.to_json() for e in envs), *(o.to_json() for o in overlays)], indent=2) + "\n")
         return
+    _print_overlays(overlays)
     if not envs:
         _console().print(f"no build environments in {escape(str(envs_root()))}")
         return
@@ -52,6 +55,24 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print the environm
         torch = escape(e.torch_version) if e.complete and e.torch_version else "[red]incomplete[/]"
         compute = e.spec.compute if e.spec else "?"
         table.add_row(escape(e.key), torch, compute, _gb(e.size_bytes), _when(e.last_used), escape(str(e.path)))
+    _console().print(table)
+
+
+def _print_overlays(overlays) -> None:
+    """Runtime overlays: a kernel's import-time needs (triton, einops, pytest for `kbuild test`)
+    installed on top of a build environment, made by `kbuild check` and `kbuild test`."""
+    if not overlays:
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="runtime overlays (kernel needs on top of a build environment)")
+    for column in ("key", "packages", "size", "last used"):
+        table.add_column(column, no_wrap=column != "packages")
+    table.add_column("base", overflow="fold")
+    for o in overlays:
+        packages = escape(" ".join(o.packages)) if o.complete else "[red]incomplete or base gone[/]"
+        table.add_row(escape(o.key), packages, _gb(o.size_bytes), _when(o.last_used), escape(o.base or "?"))
     _console().print(table)
 
 
@@ -86,12 +107,19 @@ def prune(
     older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove those unused for more than DAYS.", metavar="DAYS"),
     as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
 ) -> None:
-    """Remove build environments; incomplete ones (interrupted creations) always go."""
+    """Remove build environments and runtime overlays; incomplete ones (interrupted creations)
+    and overlays whose build environment is gone always go."""
     from rich.markup import escape
 
     from kernel_builder.envstore import prune as prune_envs
+    from kernel_builder.runtime_env import list_overlays, prune_overlays
 
-    removed = prune_envs(all=remove_all, older_than_days=older_than, keys=tuple(keys or ()))
+    overlay_keys = {o.key for o in list_overlays()}
+    keys = tuple(keys or ())
+    env_keys = tuple(k for k in keys if k not in overlay_keys)
+    removed = prune_envs(all=remove_all, older_than_days=older_than, keys=env_keys)
+    # After the environments: an overlay on a removed environment is an orphan and goes too.
+    removed += prune_overlays(all=remove_all, older_than_days=older_than, keys=tuple(k for k in keys if k in overlay_keys))
     if as_json:
         sys.stdout.write(json.dumps([e.to_json() for e in removed], indent=2) + "\n")
         return

@@ -429,13 +429,13 @@ def _inspect(path: Path) -> ManagedEnv:
         spec=EnvSpec.from_key(path.name),
         torch_version=marker.get("torch_version") if marker else None,
         complete=marker is not None,
-        size_bytes=_disk_usage(path),
+        size_bytes=disk_usage(path),
         last_used=last_used,
         created=created,
     )
 
 
-def _disk_usage(path: Path) -> int:
+def disk_usage(path: Path) -> int:
     """Bytes on disk, like du: what removing it frees."""
     total = 0
     for folder, dirs, files in os.walk(path):

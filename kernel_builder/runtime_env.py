@@ -30,12 +30,16 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder.cache import cache_dir, short_key
 from kernel_builder.errors import KbuildError
 from kernel_builder.locks import exclusive_lock
+
+
+READY = "ready"  # an overlay's marker, written last: its creation finished
 
 
 class RuntimeEnvError(KbuildError):
@@ -199,11 +203,13 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
     root = cache_dir("runtime-envs")
     env = root / key
     python = env / "bin" / "python"
-    ready = env / "ready"
+    ready = env / READY
     if ready.is_file():
+        _touch(ready)
         return str(python)
     with exclusive_lock(root / f"{key}.lock"):
         if ready.is_file():
+            _touch(ready)
             return str(python)
         shutil.rmtree(env, ignore_errors=True)  # a creation that was interrupted
         try:
@@ -213,6 +219,78 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
             raise
         ready.write_text(json.dumps({"base": base_python, "packages": missing}) + "\n")
     return str(python)
+
+
+def _touch(ready: Path) -> None:
+    # The marker's mtime is the overlay's "last used", which `kbuild env prune --older-than` reads.
+    try:
+        os.utime(ready)
+    except OSError:
+        pass
+
+
+# -- listing and pruning (`kbuild env list` / `kbuild env prune`) ----------------------------
+
+@dataclass(frozen=True)
+class Overlay:
+    """One cached overlay environment: `packages` installed on top of the `base` interpreter."""
+
+    key: str
+    path: Path
+    base: str | None
+    packages: tuple[str, ...]
+    complete: bool  # its creation finished and its base interpreter still exists
+    size_bytes: int
+    last_used: datetime | None
+
+    def to_json(self) -> dict:
+        return {
+            "key": self.key, "path": str(self.path), "base": self.base, "packages": list(self.packages),
+            "complete": self.complete, "size_bytes": self.size_bytes,
+            "last_used": self.last_used.isoformat(timespec="seconds") if self.last_used else None,
+        }
+
+
+def overlays_root() -> Path:
+    return cache_dir("runtime-envs")
+
+
+def list_overlays() -> list[Overlay]:
+    from kernel_builder.envstore import disk_usage
+
+    root = overlays_root()
+    overlays = []
+    for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        try:
+            marker = json.loads((path / READY).read_text())
+            last_used = datetime.fromtimestamp((path / READY).stat().st_mtime, timezone.utc)
+        except (OSError, ValueError):
+            marker, last_used = {}, None
+        base = marker.get("base")
+        # An overlay whose base is gone (its build environment was pruned) cannot run.
+        complete = bool(marker) and base is not None and Path(base).exists()
+        overlays.append(Overlay(path.name, path, base, tuple(marker.get("packages", ())), complete,
+                                disk_usage(path), last_used))
+    return overlays
+
+
+def prune_overlays(*, all: bool = False, older_than_days: float | None = None, keys: Sequence[str] = ()) -> list[Overlay]:
+    """Remove incomplete or orphaned overlays always, plus `keys`, those unused for longer than
+    `older_than_days`, or with `all` every one; one being created right now is left alone."""
+    root = overlays_root()
+    cutoff = None if older_than_days is None else datetime.now(timezone.utc) - timedelta(days=older_than_days)
+    removed = []
+    for overlay in list_overlays():
+        stale = cutoff is not None and overlay.last_used is not None and overlay.last_used < cutoff
+        if not (all or not overlay.complete or overlay.key in keys or stale):
+            continue
+        with exclusive_lock(root / f"{overlay.key}.lock", blocking=False) as held:
+            if not held:
+                continue
+            shutil.rmtree(overlay.path, ignore_errors=True)
+            (root / f"{overlay.key}.lock").unlink(missing_ok=True)
+        removed.append(overlay)
+    return removed
 
 
 def _pin_to_torch(requirement: str, torch_version: str | None) -> str:

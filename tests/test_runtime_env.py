@@ -57,3 +57,36 @@ def test_a_package_no_index_has_is_a_one_line_error():
     assert "\n" not in error.value.message
     assert error.value.message.startswith("could not install kbuild-fixture-module-no-index-has")
     assert "No matching distribution found" in error.value.message
+
+
+def test_env_list_and_prune_know_the_overlays(tmp_path, monkeypatch):
+    """Overlays (about 1 GB with triton) are listed and pruned like build environments; one
+    whose base interpreter is gone cannot run and always goes."""
+    import json
+    import os
+
+    from typer.testing import CliRunner
+
+    from kernel_builder.cli_env import env_app
+
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
+    python = Path(runtime_python(sys.executable, ["einops"]))
+    overlay = python.parent.parent
+    orphan = overlay.with_name("0123456789abcdef")
+    (orphan / "bin").mkdir(parents=True)
+    (orphan / "ready").write_text(json.dumps({"base": str(tmp_path / "gone" / "python"), "packages": ["x"]}))
+    runner = CliRunner()
+
+    rows = {row["key"]: row for row in json.loads(runner.invoke(env_app, ["list", "--json"]).stdout)}
+    assert rows[overlay.name]["packages"] == ["einops"] and rows[overlay.name]["complete"]
+    assert rows[overlay.name]["size_bytes"] > 0 and not rows[orphan.name]["complete"]
+    assert "runtime overlays" in runner.invoke(env_app, ["list"]).stdout
+
+    pruned = json.loads(runner.invoke(env_app, ["prune", "--json"]).stdout)
+    assert [row["key"] for row in pruned] == [orphan.name] and not orphan.exists() and overlay.is_dir()
+    assert json.loads(runner.invoke(env_app, ["prune", "--older-than", "2", "--json"]).stdout) == []
+    old = time.time() - 3 * 86400
+    os.utime(overlay / "ready", (old, old))
+    pruned = json.loads(runner.invoke(env_app, ["prune", "--older-than", "2", "--json"]).stdout)
+    assert [row["key"] for row in pruned] == [overlay.name] and not overlay.exists()
