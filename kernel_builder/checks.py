@@ -38,6 +38,7 @@ from kernel_builder.runtime_env import RuntimeEnvError, runtime_python, variant_
 from kernel_builder.stable_symbols import torch_imports
 from kernel_builder.stamp import STAGING_PREFIX
 from kernel_builder.variants import Kind, Variant, try_parse
+from kernel_builder.zip_layout import ArchiveError, package_files_of
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 # A finding that does not fail: the abi check of a local build, whose libraries follow the
@@ -314,11 +315,15 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
         return python
     # The kernel's runtime needs (python-depends, triton, other third-party imports) are met in an
     # overlay over the build environment; needs pip cannot install here skip the check (runtime_env).
+    metadata = _metadata_or_empty(folder)
     try:
-        needs = variant_runtime_needs(folder, _metadata_or_empty(folder))
+        with package_files_of(folder, metadata) as package:  # a zip variant's files are read from its archive
+            needs = variant_runtime_needs(package, metadata)
         python = runtime_python(python, needs.packages)
     except RuntimeEnvError as exc:
         return _skipped("import", f"the kernel's runtime needs cannot be met here: {exc.message}")
+    except ArchiveError as exc:
+        return _failed("import", [exc.message])
     backend = "cpu" if variant.backend == "cpu" else ""
     with tempfile.TemporaryDirectory(prefix="kbuild-check-") as path_dir:
         # Only kernel_builder goes on the child's path, never kbuild's own site-packages,

@@ -1,5 +1,6 @@
-"""Assemble a variant folder: the Python package, the library, `_ops.py`, `metadata.json`
-(sha256 digest of every file, provenance), then move it into place in one rename."""
+"""Assemble a variant folder: the Python package, the library, `_ops.py`, `symbols.json`, the
+package packed into `<id>.zip` for `build-layout = "zip"`, `metadata.json` (sha256 digest of
+every file, provenance), then move it into place in one rename."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ from kernel_builder.plan import BuildJob
 from kernel_builder.provenance import kbuild_git_state
 from kernel_builder.resources import templates_dir
 from kernel_builder.runtime.digest import hash_variant
+from kernel_builder.runtime.zip_package import ZIP
 from kernel_builder.symbols import describe_package
+from kernel_builder.zip_layout import pack_package
 
 STAGING_PREFIX = ".kbuild-staging-"
 REPLACED = "old-"  # install's name for the variant it is replacing, until the new one is in place
+# kernels 0.19.1 is the first release on the package index that imports a zip variant
+# (0.18.3 has none; 0.19.0 was never published).
+ZIP_KERNELS_MINVER = "0.19.1"
 
 
 def _render(template: str, **values) -> str:
@@ -77,12 +83,23 @@ def _fill(staging: Path, job: BuildJob, library: Path | None, input_hash: str) -
         variant=job.variant.name,
         library=job.library_name if library is not None else "",
         ops_name=job.ops_name,
+        zip_layout=job.manifest.general.build_layout == ZIP,
     )
     (staging / "_ops.py").write_text(ops)
-    # Before hashing, so the digest covers it.
+    # Before hashing, so the digest covers it; read from the package's files before they are packed.
     (staging / "symbols.json").write_text(json.dumps(describe_package(staging), indent=2) + "\n")
+    if job.manifest.general.build_layout == ZIP:
+        pack_package(staging, job.ops_name)
     metadata = build_metadata(job, hash_variant(staging), input_hash)
     (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+
+
+def required_kernels_version(job: BuildJob) -> str | None:
+    """The oldest `kernels` release that loads this variant (metadata.json `kernels-minver`,
+    which kernels >= 0.18 enforce with an "upgrade kernels" error); None: any release."""
+    if job.manifest.general.build_layout == ZIP:
+        return ZIP_KERNELS_MINVER
+    return None
 
 
 def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dict:
@@ -113,6 +130,11 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
         # kbuild's own bookkeeping; the runtime ignores unknown keys.
         "kbuild": {"input-hash": input_hash, "variant": job.variant.name, "torch": job.env.torch_version},
     }
+    if general.build_layout == ZIP:
+        metadata["build-layout"] = ZIP  # absent means "files", which every kernels release reads
+    minver = required_kernels_version(job)
+    if minver is not None:
+        metadata["kernels-minver"] = minver
     if general.kernel_depends:
         metadata["kernel-depends"] = [{"repo-id": d.repo_id, "version": d.version} for d in general.kernel_depends]
     for key in ("upstream", "source"):

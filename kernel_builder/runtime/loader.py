@@ -1,16 +1,19 @@
 """`load_local`: find this machine's variant folder, check its metadata and digests, and
 import it as a package under its unique id, so relative imports work and two builds of one
-kernel can live in one process. Standard library only (torch is imported to detect the
-system)."""
+kernel can live in one process. Both build layouts load: `files` (the package is the folder)
+and `zip` (the package is `<id>.zip` in it, kernel_builder.runtime.zip_package). Standard
+library only (torch is imported to detect the system)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +22,7 @@ from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.kernels_interop import record_loaded
 from kernel_builder.runtime.select import Decision, check_variant, select_variant
 from kernel_builder.runtime.system import System, detect_system
+from kernel_builder.runtime.zip_package import LAYOUTS, ZIP, archive_path, layout_of, package_spec
 from kernel_builder.variants import try_parse
 
 # Every key the `kernels` runtime requires in metadata.json, with the JSON type it must have.
@@ -33,6 +37,10 @@ REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
     "provenance": (dict,),
 }
 _JSON_TYPE = {str: "a string", int: "an integer", list: "a list", dict: "a table"}
+# `kernels-minver` is the oldest `kernels` package that loads the variant (kernels parses
+# exactly three numbers). It is not a kbuild version: kbuild's loader checks only that it is
+# well formed and then loads every layout it knows (LAYOUTS) itself.
+_KERNELS_MINVER = re.compile(r"\d+\.\d+\.\d+")
 _MAX_LISTED = 5
 
 _loaded: dict[Path, ModuleType] = {}
@@ -149,10 +157,33 @@ def read_metadata(folder: Path | str) -> dict:
         raise KernelLoadError(f"{file}: 'id' must be a Python identifier such as _relu_cpu_1a2b3c4, got {module_id!r}")
     if not isinstance(metadata["backend"].get("type"), str):
         raise KernelLoadError(f"{file}: 'backend' must have a string 'type' such as \"cpu\" or \"cuda\"")
+    if layout_of(metadata) not in LAYOUTS:
+        raise KernelLoadError(
+            f"{file}: 'build-layout' must be one of {', '.join(LAYOUTS)}, got {metadata['build-layout']!r}; "
+            "upgrade kbuild or rebuild the kernel"
+        )
+    minver = metadata.get("kernels-minver")
+    if minver is not None and not (isinstance(minver, str) and _KERNELS_MINVER.fullmatch(minver)):
+        raise KernelLoadError(f"{file}: 'kernels-minver' must be a version such as \"0.19.1\", got {minver!r}")
     return metadata
 
 
 # -- importing -----------------------------------------------------------------------
+def _package_spec(folder: Path, metadata: dict) -> ModuleSpec:
+    """How to import the variant's package, by its build layout."""
+    module_id = metadata["id"]
+    if layout_of(metadata) == ZIP:
+        archive = archive_path(folder, module_id)
+        if not archive.is_file():
+            raise KernelLoadError(f"{folder} has no {archive.name} (its build-layout is zip); rebuild the kernel")
+        return package_spec(folder, module_id)
+    init = _package_init(folder, metadata)
+    spec = importlib.util.spec_from_file_location(module_id, init, submodule_search_locations=[str(init.parent)])
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"cannot import {init}")
+    return spec
+
+
 def _package_init(folder: Path, metadata: dict) -> Path:
     init = folder / "__init__.py"
     if init.is_file():
@@ -164,28 +195,28 @@ def _package_init(folder: Path, metadata: dict) -> Path:
     raise KernelLoadError(f"{folder} has no __init__.py to import; rebuild the kernel")
 
 
-def _same_file(a: str | None, b: Path) -> bool:
-    if not a:
+def _same_origin(a: str | None, b: str) -> bool:
+    """Whether two `__init__.py` paths are one file. A path inside an archive (zip layout)
+    cannot be stat'ed: the folders (or archives) holding them are compared instead."""
+    if not a or os.path.basename(a) != os.path.basename(b):
         return False
     try:
-        return os.path.samefile(a, b)
+        return os.path.samefile(os.path.dirname(a), os.path.dirname(b))
     except OSError:
         return False
 
 
-def _import(module_id: str, init: Path, metadata: dict, folder: Path) -> ModuleType:
+def _import(spec: ModuleSpec, metadata: dict, folder: Path) -> ModuleType:
+    module_id = spec.name
     existing = sys.modules.get(module_id)
     if existing is not None:
-        if _same_file(getattr(existing, "__file__", None), init):
+        if _same_origin(getattr(existing, "__file__", None), spec.origin):
             return existing  # loaded already, e.g. by kernels.get_local_kernel
         raise KernelLoadError(
             f"Cannot load {folder}: a module named '{module_id}' is already imported from "
             f"{getattr(existing, '__file__', None) or 'elsewhere'}. Kernel ids must be unique in a "
             "process; rebuild one of the two so it gets its own id."
         )
-    spec = importlib.util.spec_from_file_location(module_id, init, submodule_search_locations=[str(init.parent)])
-    if spec is None or spec.loader is None:
-        raise KernelLoadError(f"cannot import {init}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_id] = module  # before exec, so `from ._ops import ops` resolves
     try:
@@ -224,8 +255,7 @@ def load_local(path: Path | str, *, backend: str | None = None, verify: bool = T
                     path=folder,
                     violations=problems,
                 )
-        init = _package_init(folder, metadata)
-        module = _import(metadata["id"], init, metadata, folder)
+        module = _import(_package_spec(folder, metadata), metadata, folder)
         record_loaded(metadata["id"], folder)  # so `kernels` can load the same build in this process
         _loaded[folder] = module
         return module
