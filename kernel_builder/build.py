@@ -30,7 +30,7 @@ from kernel_builder.fusion import load_fusions
 from kernel_builder.inputs import input_hash
 from kernel_builder.locks import exclusive_lock
 from kernel_builder.manifest import Manifest, load_manifest
-from kernel_builder.plan import BuildJob, kernel_work_root, plan_build
+from kernel_builder.plan import BuildJob, kernel_work_root, naming_style, plan_build
 from kernel_builder.progress import Progress
 from kernel_builder.report import BuildReport, JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
@@ -38,7 +38,7 @@ from kernel_builder.scheduler import Scheduler, Slots, plan_slots
 from kernel_builder.runners import RUNNERS
 from kernel_builder.selection import resolve, select
 from kernel_builder.stamp import install, remove_stale_staging, stage_variant
-from kernel_builder.variants import Variant
+from kernel_builder.variants import Style, Variant
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,15 @@ def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
     return not verify_digest(job.dest, metadata)
 
 
+def drop_other_style(job: BuildJob) -> None:
+    """One build, one folder: the same build under the other naming style (left by a build
+    with the other --variant-names) goes, or the runtime would choose between two identical
+    builds by folder listing, and both would be published."""
+    twin = job.variant.other_style()
+    if twin is not None and (job.out_dir / twin.name).is_dir():
+        shutil.rmtree(job.out_dir / twin.name)
+
+
 def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobResult:
     start = time.perf_counter()
     label = job.variant.name
@@ -95,6 +104,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             job = job.with_env(chooser.env_for(job.variant))
         wanted = job_input_hash(job)
         if is_up_to_date(job, wanted):
+            drop_other_style(job)
             return result("up-to-date")
         library = None
         if job.compiled:
@@ -123,6 +133,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             failed = [f"{c.check}: {c.detail}" for c in report.results if c.status == CHECK_FAILED]
             raise BuildError(f"check failed, the previous variant is kept: {'; '.join(failed)}")
         install(staging, job.dest)
+        drop_other_style(job)
     except KbuildError as e:
         return result("failed", e.message, log=job.log_file.exists())
     return result("built", log=True)
@@ -154,6 +165,7 @@ def build_kernel(
     runner: str = "local",
     progress: Progress | None = None,
     on_wait: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    variant_names: str | None = None,
 ) -> tuple[Manifest, BuildReport]:
     """Build `kernel_dir` for this machine (or exactly `variants`, or the `matrix` selection,
     optionally one `shard` of it) into out_dir (default build/). Selected variants this
@@ -165,6 +177,9 @@ def build_kernel(
     installed). A failing job does not stop the others unless `fail_fast`. Every new
     variant is checked before it is installed (`smoke_test`: import it too); `strict_abi`
     fails one whose symbol versions exceed manylinux_2_28 (else a warning).
+
+    `variant_names` ("legacy", the default, or "new") is the naming style of the variants
+    kbuild picks (this machine's, the `matrix` selection); `variants` are built as spelled.
 
     `runner` "docker" builds every job in a container of its build image (building missing
     images first) instead of in local environments: kernel_builder.runners.docker.
@@ -181,15 +196,16 @@ def build_kernel(
     chooser = chooser or EnvChooser.from_options()
     progress = progress or Progress()
     out = Path(out_dir) if out_dir else manifest.root / "build"
-    requested = variants if selected is None else tuple(selected)
+    style = naming_style(variant_names, variants)
+    requested = variants if selected is None else tuple(v.with_style(style) for v in selected)
     if runner not in RUNNERS:
         raise KbuildError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}", 2)
     with build_lock(manifest, out, on_wait):
         remove_stale_staging(out)
         if runner == "docker":
-            tasks, skips = _docker_tasks(manifest, out, requested, compiler_cache, lambda: settings, on_wait)
+            tasks, skips = _docker_tasks(manifest, out, requested, compiler_cache, lambda: settings, on_wait, style)
         else:
-            plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None)
+            plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style)
             skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
             tasks = [_Task(j.variant.name, j.backend, lambda j=j: run_job(j, chooser, settings)) for j in plan.jobs]
             tasks += [
@@ -224,6 +240,7 @@ def _docker_tasks(
     compiler_cache: bool | None,
     settings: Callable[[], BuildSettings],
     say: Callable[[str], None],
+    style: Style = Style.LEGACY,
 ) -> tuple[list[_Task], list[JobResult]]:
     """One container job per requested variant (default: every variant of the matrix the
     kernel admits on this machine's platform); variants without a build image are skipped."""
@@ -233,7 +250,7 @@ def _docker_tasks(
     variants = [v if isinstance(v, Variant) else Variant.parse(v) for v in requested]
     if not requested:
         here = "-".join(host_platform())
-        variants = [v for v in select(manifest, "all") if v.platform in (here, None)]
+        variants = [v.with_style(style) for v in select(manifest, "all") if v.platform in (here, None)]
     skips, buildable = [], []
     for variant in variants:
         try:

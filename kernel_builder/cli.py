@@ -60,6 +60,13 @@ SHARD_OPTION = typer.Option(
 ENV_OPTION = typer.Option(
     None, "--env", help="Build in this existing environment (a venv folder or its python) instead of the running one."
 )
+VARIANT_NAMES_OPTION = typer.Option(
+    None, "--variant-names",
+    help="How to name the variants kbuild picks (this machine's, --matrix): 'legacy' (default, "
+    "torch213-cxx11-cpu-x86_64-linux; every kernels release reads it, and transformers <= 5.24 pins kernels < 0.19, "
+    "which cannot read new names) or 'new' (torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux; needs kernels >= 0.19.1). "
+    "--variant names are built as spelled; a build replaces its folder of the other style.",
+)
 CREATE_ENV_OPTION = typer.Option(
     True, "--create-env/--no-create-env",
     help="Create a missing build environment for a variant (a venv with the right torch, cached), or skip it.",
@@ -70,10 +77,12 @@ CREATE_ENV_OPTION = typer.Option(
 def build(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
     variant: Optional[List[str]] = typer.Option(
-        None, "--variant", "-V", help="Build exactly this variant (repeatable), e.g. torch213-cxx11-cpu-x86_64-linux."
+        None, "--variant", "-V", help="Build exactly this variant (repeatable), e.g. torch213-cxx11-cpu-x86_64-linux "
+        "or torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux."
     ),
     matrix: Optional[str] = MATRIX_OPTION,
     shard: Optional[str] = SHARD_OPTION,
+    variant_names: Optional[str] = VARIANT_NAMES_OPTION,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: KERNEL_DIR/build)."),
     env: Optional[Path] = ENV_OPTION,
     create_env: bool = CREATE_ENV_OPTION,
@@ -127,7 +136,7 @@ def build(
     manifest, report = build_kernel(
         kernel_dir, tuple(variant or ()), out, chooser=chooser, jobs=jobs, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
         matrix=matrix, shard=shard, compiler_cache=compiler_cache, fail_fast=fail_fast, smoke_test=import_check,
-        strict_abi=strict_abi, runner=runner,
+        strict_abi=strict_abi, runner=runner, variant_names=variant_names,
         progress=progress_for(console, quiet=as_json),
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
     )
@@ -191,6 +200,7 @@ def plan(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
     matrix: Optional[str] = MATRIX_OPTION,
     shard: Optional[str] = SHARD_OPTION,
+    variant_names: Optional[str] = VARIANT_NAMES_OPTION,
     env: Optional[Path] = ENV_OPTION,
     create_env: bool = CREATE_ENV_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as a JSON list."),
@@ -198,14 +208,16 @@ def plan(
     """Print the jobs `kbuild build` would run with these options, and why it skips the rest; builds nothing."""
     from kernel_builder.env_choice import EnvChooser
     from kernel_builder.manifest import load_manifest
-    from kernel_builder.plan import plan_build
+    from kernel_builder.plan import naming_style, plan_build
     from kernel_builder.selection import resolve
 
     manifest = load_manifest(kernel_dir)
     selected = resolve(manifest, matrix, shard)
+    style = naming_style(variant_names)
     chooser = EnvChooser.from_options(env, create=create_env)
     out = manifest.root / "build"
-    rows = plan_build(manifest, chooser, out, tuple(selected or ()), skip_unbuildable=True).rows(chooser)
+    requested = tuple(v.with_style(style) for v in selected or ())
+    rows = plan_build(manifest, chooser, out, requested, skip_unbuildable=True, style=style).rows(chooser)
     if as_json:
         _print_json(rows)
         return

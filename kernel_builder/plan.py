@@ -14,7 +14,7 @@ from kernel_builder.host import torch_bounds_reason, variant_row, why_not
 from kernel_builder.inputs import content_hash, input_files
 from kernel_builder.manifest import Manifest
 from kernel_builder.provenance import GitState, git_state
-from kernel_builder.variants import Kind, Variant, noarch_variant
+from kernel_builder.variants import LEGACY_PYTHON, Kind, Style, Variant, noarch_variant
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,36 @@ def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -
     return fallback(manifest)
 
 
+def naming_style(option: str | None, requested: tuple[str | Variant, ...] = ()) -> Style:
+    """The style of the variant names kbuild picks (`--variant-names`, default legacy: every
+    kernels release reads legacy names, while transformers <= 5.24 pins kernels < 0.19, which
+    cannot read new ones). A `--variant` is built as spelled; one spelled in the other style
+    than an explicit `--variant-names` is an error rather than a silent rename."""
+    if option is None:
+        return Style.LEGACY
+    style = Style.parse(option)
+    for item in requested:
+        variant = item if isinstance(item, Variant) else Variant.parse(item)
+        if variant.kind is not Kind.NOARCH and variant.style is not style:
+            twin = variant.other_style()
+            instead = f"; ask for {twin.name} instead" if twin is not None else ""
+            raise VariantError(
+                f"--variant {variant.name} is a {variant.style.value}-style name, but --variant-names is {style.value}{instead}"
+            )
+    return style
+
+
+def python_tag_reason(variant: Variant) -> str | None:
+    """Why kbuild cannot build a variant named for another Python than its libraries need:
+    every backend compiles against the limited API of Python 3.9 (Py_LIMITED_API, abi3)."""
+    if variant.python_is_legacy:
+        return None
+    return (
+        f"kbuild compiles against the limited API of Python {LEGACY_PYTHON[0]}.{LEGACY_PYTHON[1]} (abi3), "
+        f"so its builds are cpython-{LEGACY_PYTHON[0]}.{LEGACY_PYTHON[1]}-abi3, not {variant.python_tag}"
+    )
+
+
 def kernel_work_root(manifest: Manifest) -> Path:
     """The kernel's CMake work trees, one per variant, shared by every --out."""
     return cache_dir("work", short_key(str(manifest.root.resolve())))
@@ -118,8 +148,10 @@ def plan_build(
     out_dir: Path,
     requested: tuple[str | Variant, ...] = (),
     skip_unbuildable: bool = False,
+    style: Style = Style.LEGACY,
 ) -> Plan:
-    """The jobs for `manifest` on this machine; with `requested`, exactly those variants.
+    """The jobs for `manifest` on this machine; with `requested`, exactly those variants
+    (names of either style), else this machine's, named in `style`.
     A requested variant this machine cannot build is an error (`--variant`), or with
     `skip_unbuildable` a skip that says why (`--matrix`).
 
@@ -130,19 +162,26 @@ def plan_build(
 
     def job(variant: Variant) -> BuildJob:
         env = chooser.primary if variant.kind is Kind.NOARCH or chooser.primary_builds(variant) else None
-        return BuildJob(manifest, env, variant, variant.backend, kernel_id, source, out_dir, work_root / variant.name)
+        # One work tree per build, whatever its name's style: renaming recompiles nothing.
+        work_dir = work_root / variant.with_style(Style.LEGACY).name
+        return BuildJob(manifest, env, variant, variant.backend, kernel_id, source, out_dir, work_dir)
 
     if requested:
         variants, skipped = {}, []
         for item in requested:
             variant = item if isinstance(item, Variant) else Variant.parse(item)
-            reason = why_not(manifest, variant, chooser)
+            # What can be built does not depend on the name's style.
+            reason = python_tag_reason(variant) or why_not(manifest, variant.with_style(Style.LEGACY), chooser)
             if reason and not skip_unbuildable:
                 raise VariantError(f"cannot build {variant.name} here: {reason}")
             if reason:
                 skipped.append(Skip(variant.backend, reason, variant.name))
             else:
                 variants[variant.name] = variant
+        for variant in variants.values():
+            twin = variant.other_style()
+            if twin is not None and twin.name in variants:
+                raise VariantError(f"{variant.name} and {twin.name} are one build under two names; ask for one of them")
         return Plan(tuple(job(v) for v in variants.values()), tuple(skipped))
 
     jobs, skips, checks = [], [], []
@@ -150,7 +189,7 @@ def plan_build(
         target = default_target(manifest, backend, chooser)
         reason = target.reason if isinstance(target, Unavailable) else chooser.unavailable_reason(target)
         if not reason:
-            jobs.append(job(target))
+            jobs.append(job(target.with_style(style)))
         elif getattr(get_backend(backend), "device_check_possible", lambda: False)():
             checks.append((backend, work_root / f"{backend}-device-check"))
         else:

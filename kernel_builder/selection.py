@@ -17,8 +17,9 @@ A selector is whitespace-separated terms, all of which must hold:
     the CPU ones; add `backend=cuda` to drop them).
   - `backend`, `arch`, `os` and `abi` (`stable`, `exact` or `noarch`) take `=` or `!=`
     and a comma list (`backend=cuda,cpu`).
-- any other term is a glob on variant names (`'torch21[34]-*-cu13*'`); several globs are
-  alternatives: a variant needs to match one of them.
+- any other term is a glob on variant names (`'torch21[34]-*-cu13*'`), of either naming
+  style (`'torch-2.1[34]-*-cuda-13.*'`); several globs are alternatives: a variant needs
+  to match one of them.
 - `all`, like an empty selector, keeps everything.
 """
 
@@ -38,6 +39,7 @@ from kernel_builder.variants import (
     BACKENDS,
     Kind,
     Matrix,
+    Style,
     Variant,
     default_matrix,
     noarch_variant,
@@ -174,7 +176,9 @@ def parse_selector(selector: str, kernel: Admitted, matrix: Matrix) -> list[Step
             globs.append(term)
     if globs:
         label = " or ".join(f"'{g}'" for g in globs)
-        steps.insert(glob_at, _keeping(label, lambda v: any(fnmatch.fnmatchcase(v.name, g) for g in globs)))
+        steps.insert(glob_at, _keeping(label, lambda v: any(
+            fnmatch.fnmatchcase(v.name, g) or fnmatch.fnmatchcase(v.with_style(Style.NEW).name, g) for g in globs
+        )))
     return steps
 
 

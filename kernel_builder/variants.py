@@ -1,12 +1,20 @@
 """Build variants: the folder names under `build/` that say which torch, ABI, backend,
-backend version, CPU architecture and OS a build is for.
+backend version, Python, CPU architecture and OS a build is for.
 
-Forms (FORMATS.md), all of which parse and format back to the same string:
+Two naming styles, both read by `kernels` 0.19 (only the legacy one by 0.17/0.18); every
+name, of either style, parses and formats back to the same string:
 
-- `torch213-cxx11-cpu-x86_64-linux`, `torch214-cxx11-cu130-x86_64-linux`
-- `torch213-metal-aarch64-darwin` (no ABI tag off Linux)
-- `torch-stable-abi210-cu130-x86_64-linux`
-- `torch-cpu`, `torch-cuda` (noarch) and the legacy `torch-universal`
+- legacy: `torch213-cxx11-cpu-x86_64-linux`, `torch214-cxx11-cu130-x86_64-linux`,
+  `torch213-cxx11-rocm71-...`, `torch213-cxx11-xpu20260-...`, `torch213-metal-aarch64-darwin`
+  (no ABI tag off Linux), `torch-stable-abi210-cu130-x86_64-linux`. They carry no Python
+  tag: the runtime reads them as cpython-3.9-abi3.
+- new: `torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux`,
+  `torch-2.15-cxx11-cuda-13.0-cpython-3.10-abi3-x86_64-linux`, backends `rocm-7.2`,
+  `xpu-2026.1`, `metal`; `torch-stable-abi-2.11-cuda-13.0-cpython-3.9-abi3-x86_64-linux`.
+- noarch, the same in both styles: `torch-cpu`, `torch-cuda`, ... and the legacy `torch-universal`.
+
+kernels 0.19 also knows tvm-ffi, SDK and MLX variants; kbuild builds none of them, so they
+are not variants here (`try_parse` returns None).
 
 This module is imported by the runtime loader: standard library only.
 """
@@ -15,7 +23,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from importlib import resources
 
@@ -23,9 +31,12 @@ from kernel_builder.errors import VariantError
 
 BACKENDS = ("cpu", "cuda", "metal", "rocm", "xpu")
 
-# Compute tags: backend name -> (prefix in the variant name, digits of the major part or
-# None for "all but the last digit"). XPU versions are year + minor (xpu20260 = 2026.0).
-_COMPUTE_RE = re.compile(r"^(?:(cpu)|(metal)|cu(\d{2,3})|rocm(\d{2,3})|xpu(\d{5}))$")
+# Legacy names have no Python tag; the runtime reads them as this Python version and abi3.
+LEGACY_PYTHON = (3, 9)
+# Python ABIs of compiled parts, in the runtime's order of preference: abi3 (GIL builds),
+# abi3t (PEP 803, free-threaded and GIL builds of Python 3.15 and later).
+PYTHON_ABIS = ("abi3", "abi3t")
+ABI3T_MIN_PYTHON = (3, 15)
 
 
 class Kind(str, Enum):
@@ -34,9 +45,28 @@ class Kind(str, Enum):
     NOARCH = "noarch"  # pure Python (torch-noarch), one per backend, or legacy universal
 
 
+class Style(str, Enum):
+    """How a compiled variant's name is spelled. Noarch names are the same in both styles
+    and always count as legacy."""
+
+    LEGACY = "legacy"  # torch213-cxx11-cu130-x86_64-linux: every kernels release reads it
+    NEW = "new"  # torch-2.13-cxx11-cuda-13.0-cpython-3.9-abi3-x86_64-linux: kernels >= 0.19.1
+
+    @classmethod
+    def parse(cls, text: str, option: str = "--variant-names") -> "Style":
+        try:
+            return cls(text)
+        except ValueError:
+            raise VariantError(f"{option} must be 'legacy' or 'new', got {text!r}") from None
+
+
+_COMPUTE_PREFIX = {"cuda": "cu", "rocm": "rocm", "xpu": "xpu"}
+
+
 @dataclass(frozen=True, order=True)
 class Variant:
-    """One build variant. `torch` is the torch (or stable ABI) version as (major, minor)."""
+    """One build variant. `torch` is the torch (or stable ABI) version as (major, minor);
+    `python` and `python_abi` are the Python the compiled parts need (at least that version)."""
 
     kind: Kind
     backend: str
@@ -45,41 +75,90 @@ class Variant:
     cxx11: bool | None = None
     arch: str | None = None
     os: str | None = None
+    python: tuple[int, int] = LEGACY_PYTHON
+    python_abi: str = "abi3"
+    style: Style = Style.LEGACY
+
+    def __post_init__(self) -> None:
+        if self.python_abi not in PYTHON_ABIS:
+            raise VariantError(f"unknown Python ABI '{self.python_abi}'; expected one of {', '.join(PYTHON_ABIS)}")
+        if self.python_abi == "abi3t" and self.python < ABI3T_MIN_PYTHON:
+            raise VariantError(f"abi3t needs Python {_pair(ABI3T_MIN_PYTHON)} or later, not {_pair(self.python)}")
+        if self.kind is Kind.NOARCH:
+            if self.style is not Style.LEGACY or not self.python_is_legacy:
+                raise VariantError(f"torch-{self.backend} is pure Python: it has no naming style or Python tag")
+        elif self.style is Style.LEGACY and not self.python_is_legacy:
+            raise VariantError(
+                f"a legacy variant name cannot say cpython-{_pair(self.python)}-{self.python_abi}; "
+                f"it always means cpython-{_pair(LEGACY_PYTHON)}-abi3 (use the new naming style)"
+            )
 
     # -- naming -------------------------------------------------------------------
     @property
     def compute(self) -> str:
-        """`cpu`, `metal`, `cu130`, `rocm71`, `xpu20260`."""
+        """The legacy compute tag, also the key of build environments: `cpu`, `metal`,
+        `cu130`, `rocm71`, `xpu20260`."""
         if self.backend in ("cpu", "metal") or self.kind is Kind.NOARCH:
             return self.backend
         assert self.backend_version is not None, self
         major, minor = self.backend_version
-        prefix = {"cuda": "cu", "rocm": "rocm", "xpu": "xpu"}[self.backend]
-        return f"{prefix}{major}{minor}"
+        return f"{_COMPUTE_PREFIX[self.backend]}{major}{minor}"
 
     @property
     def name(self) -> str:
         if self.kind is Kind.NOARCH:
             return f"torch-{self.backend}"
         assert self.torch is not None
-        torch_tag = f"{self.torch[0]}{self.torch[1]}"
-        if self.kind is Kind.STABLE_ABI:
-            return f"torch-stable-abi{torch_tag}-{self.compute}-{self.arch}-{self.os}"
         abi = "" if self.cxx11 is None else ("-cxx11" if self.cxx11 else "-cxx98")
-        return f"torch{torch_tag}{abi}-{self.compute}-{self.arch}-{self.os}"
+        if self.style is Style.LEGACY:
+            tag = f"{self.torch[0]}{self.torch[1]}"
+            framework = f"torch-stable-abi{tag}" if self.kind is Kind.STABLE_ABI else f"torch{tag}{abi}"
+            return f"{framework}-{self.compute}-{self.arch}-{self.os}"
+        version = _pair(self.torch)
+        framework = f"torch-stable-abi-{version}" if self.kind is Kind.STABLE_ABI else f"torch-{version}{abi}"
+        backend = self.backend if self.backend_version is None else f"{self.backend}-{self.backend_version_str}"
+        return f"{framework}-{backend}-{self.python_tag}-{self.arch}-{self.os}"
 
     def __str__(self) -> str:
         return self.name
 
     @property
+    def new_style(self) -> bool:
+        """Whether only kernels >= 0.19.1 can read this name (a new-style compiled variant);
+        such a build's metadata.json should say `"kernels-minver": "0.19.1"`."""
+        return self.style is Style.NEW
+
+    @property
+    def python_tag(self) -> str:
+        """`cpython-3.9-abi3`: the Python the compiled parts load on (legacy names imply it)."""
+        return f"cpython-{_pair(self.python)}-{self.python_abi}"
+
+    @property
+    def python_is_legacy(self) -> bool:
+        """Whether the Python tag is cpython-3.9-abi3, the one legacy names imply (and the
+        one kbuild's libraries need: they use the limited API of Python 3.9)."""
+        return (self.python, self.python_abi) == (LEGACY_PYTHON, "abi3")
+
+    def with_style(self, style: Style) -> "Variant":
+        """The same build named in `style`; noarch names are the same in both styles."""
+        if self.kind is Kind.NOARCH or style is self.style:
+            return self
+        return replace(self, style=style)  # a Python tag legacy names cannot spell raises
+
+    def other_style(self) -> "Variant | None":
+        """The same build named in the other style, or None where there is none (noarch;
+        a Python tag other than cpython-3.9-abi3 has no legacy name)."""
+        if self.kind is Kind.NOARCH or not self.python_is_legacy:
+            return None
+        return self.with_style(Style.NEW if self.style is Style.LEGACY else Style.LEGACY)
+
+    @property
     def torch_version(self) -> str | None:
-        return None if self.torch is None else f"{self.torch[0]}.{self.torch[1]}"
+        return None if self.torch is None else _pair(self.torch)
 
     @property
     def backend_version_str(self) -> str | None:
-        if self.backend_version is None:
-            return None
-        return f"{self.backend_version[0]}.{self.backend_version[1]}"
+        return None if self.backend_version is None else _pair(self.backend_version)
 
     @property
     def platform(self) -> str | None:
@@ -87,7 +166,8 @@ class Variant:
         return None if self.arch is None else f"{self.arch}-{self.os}"
 
     def sort_key(self) -> tuple:
-        """Order for listings: torch version, then backend, then backend version, then platform."""
+        """Order for listings: torch version, then backend, then backend version, then
+        platform, then the Python tag and the naming style."""
         return (
             self.kind.value,
             self.torch or (0, 0),
@@ -95,22 +175,33 @@ class Variant:
             self.backend_version or (0, 0),
             self.arch or "",
             self.os or "",
+            self.python_abi,
+            self.python,
+            self.style.value,
         )
 
     # -- parsing ------------------------------------------------------------------
     @classmethod
     def parse(cls, name: str) -> "Variant":
-        """Parse a variant folder name; raises VariantError naming the expected forms."""
+        """Parse a variant folder name of either style; raises VariantError naming the expected forms."""
         variant = _parse(name)
         if variant is None:
             raise VariantError(
-                f"'{name}' is not a variant name; expected e.g. torch213-cxx11-cpu-x86_64-linux, "
-                "torch213-metal-aarch64-darwin, torch-stable-abi210-cu130-x86_64-linux or torch-cpu"
+                f"'{name}' is not a variant name; expected a legacy name such as torch213-cxx11-cpu-x86_64-linux, "
+                "torch213-metal-aarch64-darwin or torch-stable-abi210-cu130-x86_64-linux, a new-style name such as "
+                "torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux or "
+                "torch-stable-abi-2.10-cuda-13.0-cpython-3.9-abi3-x86_64-linux, or a noarch name such as torch-cpu"
             )
         return variant
 
 
+def _pair(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
 def _parse_compute(tag: str) -> tuple[str, tuple[int, int] | None] | None:
+    """A legacy compute tag: `cpu`, `metal`, `cu130` (major = all but the last digit),
+    `rocm71` (likewise, but `rocm714` is ROCm 7.14), `xpu20260` (year and one digit)."""
     m = _COMPUTE_RE.match(tag)
     if not m:
         return None
@@ -122,31 +213,57 @@ def _parse_compute(tag: str) -> tuple[str, tuple[int, int] | None] | None:
     if cu:
         return "cuda", (int(cu[:-1]), int(cu[-1]))
     if rocm:
-        return "rocm", (int(rocm[:-1]), int(rocm[-1]))
+        return "rocm", (7, 14) if rocm == "714" else (int(rocm[:-1]), int(rocm[-1]))
     return "xpu", (int(xpu[:4]), int(xpu[4:]))
 
 
-_ARCH_RE = re.compile(r"^torch(\d)(\d+)(?:-(cxx11|cxx98))?-([a-z0-9]+)-([a-z0-9_]+)-([a-z]+)$")
-_STABLE_RE = re.compile(r"^torch-stable-abi(\d)(\d+)-([a-z0-9]+)-([a-z0-9_]+)-([a-z]+)$")
+def _parse_new_compute(tag: str) -> tuple[str, tuple[int, int] | None] | None:
+    """A new-style backend: `cpu`, `metal`, `cuda-13.0`, `rocm-7.2`, `xpu-2026.1`."""
+    if tag in ("cpu", "metal"):
+        return tag, None
+    m = re.fullmatch(r"(cuda|rocm|xpu)-(\d+)\.(\d+)", tag)
+    return (m.group(1), (int(m.group(2)), int(m.group(3)))) if m else None
+
+
+_COMPUTE_RE = re.compile(r"^(?:(cpu)|(metal)|cu(\d{2,3})|rocm(\d{2,3})|xpu(\d{5}))$")
+_SYSTEM = r"(?P<arch>[a-z0-9_]+)-(?P<os>[a-z]+)"
+_CXX = r"(?:-(?P<abi>cxx11|cxx98))?"
+_LEGACY_ARCH_RE = re.compile(rf"^torch(?P<major>\d)(?P<minor>\d+){_CXX}-(?P<compute>[a-z0-9]+)-{_SYSTEM}$")
+_LEGACY_STABLE_RE = re.compile(rf"^torch-stable-abi(?P<major>\d)(?P<minor>\d+)-(?P<compute>[a-z0-9]+)-{_SYSTEM}$")
+_NEW_TAIL = rf"-(?P<compute>[a-z]+(?:-\d+\.\d+)?)-cpython-(?P<py_major>\d+)\.(?P<py_minor>\d+)-(?P<py_abi>abi3t?)-{_SYSTEM}$"
+_NEW_ARCH_RE = re.compile(rf"^torch-(?P<major>\d+)\.(?P<minor>\d+){_CXX}{_NEW_TAIL}")
+_NEW_STABLE_RE = re.compile(rf"^torch-stable-abi-(?P<major>\d+)\.(?P<minor>\d+){_NEW_TAIL}")
 _NOARCH_RE = re.compile(r"^torch-([a-z]+)$")
+
+# (pattern, kind, style), tried in order: the stable-ABI forms before the noarch one.
+_FORMS = (
+    (_LEGACY_STABLE_RE, Kind.STABLE_ABI, Style.LEGACY),
+    (_NEW_STABLE_RE, Kind.STABLE_ABI, Style.NEW),
+    (_LEGACY_ARCH_RE, Kind.ARCH, Style.LEGACY),
+    (_NEW_ARCH_RE, Kind.ARCH, Style.NEW),
+)
 
 
 def _parse(name: str) -> Variant | None:
-    if m := _STABLE_RE.match(name):
-        major, minor, compute, arch, os_ = m.groups()
-        parsed = _parse_compute(compute)
+    """The variant `name` spells, None when it spells none; VariantError for a well-formed
+    name whose parts contradict each other (abi3t before Python 3.15)."""
+    for pattern, kind, style in _FORMS:
+        m = pattern.match(name)
+        if m is None:
+            continue
+        parsed = (_parse_compute if style is Style.LEGACY else _parse_new_compute)(m["compute"])
         if parsed is None:
             return None
         backend, backend_version = parsed
-        return Variant(Kind.STABLE_ABI, backend, (int(major), int(minor)), backend_version, None, arch, os_)
-    if m := _ARCH_RE.match(name):
-        major, minor, abi, compute, arch, os_ = m.groups()
-        parsed = _parse_compute(compute)
-        if parsed is None:
-            return None
-        backend, backend_version = parsed
-        cxx11 = None if abi is None else abi == "cxx11"
-        return Variant(Kind.ARCH, backend, (int(major), int(minor)), backend_version, cxx11, arch, os_)
+        python = LEGACY_PYTHON if style is Style.LEGACY else (int(m["py_major"]), int(m["py_minor"]))
+        abi = m.groupdict().get("abi")
+        variant = Variant(
+            kind, backend, (int(m["major"]), int(m["minor"])), backend_version,
+            None if abi is None else abi == "cxx11", m["arch"], m["os"],
+            python, m.groupdict().get("py_abi") or "abi3", style,
+        )
+        # Only canonical spellings: `torch2013` or `cuda-13.00` would not format back.
+        return variant if variant.name == name else None
     if m := _NOARCH_RE.match(name):
         backend = m.group(1)
         if backend not in BACKENDS and backend != "universal":
@@ -156,8 +273,12 @@ def _parse(name: str) -> Variant | None:
 
 
 def try_parse(name: str) -> Variant | None:
-    """Like Variant.parse, but None for names that are not variants (e.g. stray folders)."""
-    return _parse(name)
+    """Like Variant.parse, but None for names that are not kbuild variants (stray folders,
+    tvm-ffi/SDK/MLX variants, contradictory Python tags)."""
+    try:
+        return _parse(name)
+    except VariantError:
+        return None
 
 
 # -- constructors ---------------------------------------------------------------------

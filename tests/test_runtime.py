@@ -177,13 +177,15 @@ def test_cuda_major_equal_and_minor_at_most_the_system():
     assert best_name(["torch213-cxx11-cpu-x86_64-linux"], CUDA_12_8) is None
 
 
-def test_other_backends_match_name_and_version_exactly():
+def test_rocm_is_minor_compatible_like_cuda_and_xpu_matches_exactly():
+    # kernels 0.19.1: a ROCm x.z build loads on ROCm x.y for z <= y, as CUDA does.
     rocm = System("x86_64", "linux", (2, 13), True, "rocm", (7, 1))
     names = ["torch213-cxx11-rocm70-x86_64-linux", "torch213-cxx11-rocm71-x86_64-linux", "torch213-cxx11-rocm72-x86_64-linux"]
     best, trace = decisions(names, rocm)
     assert best.name == "torch213-cxx11-rocm71-x86_64-linux"
-    assert not trace["torch213-cxx11-rocm70-x86_64-linux"].accepted
-    assert "ROCm 7.0" in trace["torch213-cxx11-rocm70-x86_64-linux"].reason
+    assert trace["torch213-cxx11-rocm70-x86_64-linux"].accepted
+    assert not trace["torch213-cxx11-rocm72-x86_64-linux"].accepted
+    assert "ROCm 7.2" in trace["torch213-cxx11-rocm72-x86_64-linux"].reason
     xpu = System("x86_64", "linux", (2, 13), True, "xpu", (2026, 0))
     assert best_name(["torch213-cxx11-xpu20251-x86_64-linux", "torch213-cxx11-xpu20260-x86_64-linux"], xpu) == (
         "torch213-cxx11-xpu20260-x86_64-linux"
@@ -255,7 +257,7 @@ def test_noarch_and_universal_fallbacks():
 
 
 def test_free_threaded_python_takes_no_compiled_variant():
-    ft = System("x86_64", "linux", (2, 13), True, "cpu", abi3=False)
+    ft = System("x86_64", "linux", (2, 13), True, "cpu", python=(3, 14), free_threaded=True)
     best, trace = decisions(["torch213-cxx11-cpu-x86_64-linux", "torch-universal"], ft)
     assert best.name == "torch-universal"
     assert "free-threaded" in trace["torch213-cxx11-cpu-x86_64-linux"].reason

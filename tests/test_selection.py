@@ -20,7 +20,7 @@ from kernel_builder.backends.common import host_platform
 from kernel_builder.errors import VariantError
 from kernel_builder.manifest import load_manifest
 from kernel_builder.selection import admitted, select, take_shard
-from kernel_builder.variants import matrix_from_toml
+from kernel_builder.variants import Style, Variant, matrix_from_toml
 
 LINUX = ["x86_64-linux", "aarch64-linux"]
 MATRIX = matrix_from_toml({"torch": [
@@ -268,6 +268,33 @@ def test_plan_json_lists_the_selected_jobs():
     native = rows.get(f"torch213-cxx11-cpu-{HERE}")
     if native is not None and shutil.which("g++"):
         assert native["buildable"] and native["environment"] and native["reason"] is None
+
+
+def test_plan_names_the_selection_in_the_chosen_style():
+    """--variant-names new renames the same jobs, with the same verdicts; globs match names
+    of either style; shards split the same variants whatever their names."""
+    args = ("plan", str(TINY), "--matrix", "backend=cpu,metal torch=2.13", "--json")
+    legacy = json.loads(kbuild(*args, check=True).stdout)
+    new = json.loads(kbuild(*args, "--variant-names", "new", check=True).stdout)
+    assert {row["variant"] for row in new} == {
+        "torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux", "torch-2.13-cxx11-cpu-cpython-3.9-abi3-aarch64-linux",
+        "torch-2.13-cpu-cpython-3.9-abi3-aarch64-darwin", "torch-2.13-metal-cpython-3.9-abi3-aarch64-darwin",
+    }
+    renamed = {Variant.parse(row["variant"]).with_style(Style.NEW).name: row for row in legacy}
+    for row in new:
+        assert {**renamed[row["variant"]], "variant": row["variant"]} == row
+    for glob in ("torch213-*cpu-*", "torch-2.13-*cpu-*"):
+        rows = json.loads(kbuild("plan", str(TINY), "--matrix", glob, "--variant-names", "new", "--json", check=True).stdout)
+        assert {row["variant"] for row in rows} == {row["variant"] for row in new if "-cpu-" in row["variant"]}
+    shard = [json.loads(kbuild("plan", str(TINY), "--matrix", "all", "--shard", "1/2", "--json", *extra, check=True).stdout)
+             for extra in ((), ("--variant-names", "new"))]
+    assert [Variant.parse(r["variant"]).with_style(Style.NEW).name for r in shard[0]] == [r["variant"] for r in shard[1]]
+    # Without --matrix: this machine's variant, renamed.
+    rows = json.loads(kbuild("plan", str(TINY), "--variant-names", "new", "--json", check=True).stdout)
+    assert [r["variant"] for r in rows if r["backend"] == "cpu"] == [
+        Variant.parse(r["variant"]).with_style(Style.NEW).name
+        for r in json.loads(kbuild("plan", str(TINY), "--json", check=True).stdout) if r["backend"] == "cpu"
+    ]
 
 
 def test_plan_without_matrix_is_what_build_would_do():

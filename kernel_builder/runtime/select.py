@@ -1,20 +1,27 @@
-"""Pick the variant folder this machine loads, by the `kernels` 0.17 runtime's rules
-(FORMATS.md, "How the kernels runtime picks").
+"""Pick the variant folder this machine loads, by the `kernels` 0.19.1 runtime's rules
+(its `_resolve_variant_for_system` and `_sort_variants`), for variant names of both styles.
 
-Acceptance:
-- compiled variants (exact-torch and stable-ABI) need the CPU architecture and OS to match
-  exactly, and an interpreter that loads abi3 extensions;
+Acceptance, in the runtime's order of checks:
+- compiled variants (exact-torch and stable-ABI) first need an interpreter that loads their
+  Python tag (abi3 never loads on free-threaded Python; the variant's Python version must
+  not be newer than the interpreter's; legacy names count as cpython-3.9-abi3), then the
+  CPU architecture and OS to match exactly;
 - an exact-torch variant needs torch major.minor to match, and its cxx11/cxx98 tag (when it
   has one) to equal `torch.compiled_with_cxx11_abi()`;
 - a stable-ABI variant loads on its ABI version and any newer torch;
-- CUDA: the variant's CUDA major must equal the system's and its minor be <= the system's;
-  other backends must match by name and version (the compute tag);
-- Metal variants need darwin (and macOS 26, which their `-std=metal4.0` build requires);
+- CUDA and ROCm: the variant's major must equal the system's and its minor be <= the
+  system's; other backends must match by name and version;
+- Metal variants need macOS 26 (their `-std=metal4.0` build requires it);
 - `torch-<backend>` (noarch) loads when the backend matches; `torch-universal` always.
 
-Preference, best first: accepted before rejected; stable-ABI (newest ABI first, then the
-highest backend minor); exact-torch (tagless before tagged, then the highest backend minor);
-`torch-<backend>`; `torch-universal`.
+Preference, best first: accepted before rejected; stable-ABI (newest ABI first); exact-torch
+(tagless before cxx11/cxx98-tagged); within those, the highest backend minor, then abi3
+before abi3t, then the highest Python version; then `torch-<backend>`; then `torch-universal`.
+The runtime leaves ties (one build under a legacy and a new-style name) to the folder
+listing; kbuild breaks them by name, so its choice never depends on the listing.
+
+kernels 0.19.1 also picks tvm-ffi, SDK and MLX variants; kbuild builds none of them and
+ignores their folders like any other name that is not a kbuild variant.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kernel_builder.runtime.system import METAL_MIN_MACOS, System
-from kernel_builder.variants import Kind, Variant, try_parse
+from kernel_builder.variants import PYTHON_ABIS, Kind, Variant, try_parse
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,37 @@ def _backend_str(backend: str, version: tuple[int, int] | None) -> str:
     return label if version is None else f"{label} {_pair(version)}"
 
 
+def _python_rejection(v: Variant, s: System) -> str | None:
+    if v.python_abi == "abi3" and s.free_threaded:
+        return "abi3 builds do not load on free-threaded Python (that needs an abi3t build)"
+    if v.python > s.python:
+        return f"needs Python {_pair(v.python)} or later ({v.python_tag}), this interpreter is Python {_pair(s.python)}"
+    return None
+
+
+def _backend_rejection(v: Variant, s: System) -> str | None:
+    if v.backend == s.backend and v.backend in ("cuda", "rocm"):
+        # A toolkit x.z build loads on x.y for z <= y.
+        label = _backend_str(v.backend, None)
+        if v.backend_version is None or s.backend_version is None:
+            return f"{label} version unknown"
+        if v.backend_version[0] != s.backend_version[0] or v.backend_version[1] > s.backend_version[1]:
+            return (
+                f"{label} {v.backend_version_str} is not compatible with {label} {_pair(s.backend_version)} here "
+                "(the major must match and the minor be at most the system's)"
+            )
+        return None
+    if v.backend != s.backend or v.backend_version != s.backend_version:
+        return (
+            f"built for {_backend_str(v.backend, v.backend_version)}, "
+            f"the backend here is {_backend_str(s.backend, s.backend_version)}"
+        )
+    if v.backend == "metal" and (s.macos is None or s.macos < METAL_MIN_MACOS):
+        here = "this machine does not run macOS" if s.macos is None else f"this is macOS {_pair(s.macos)}"
+        return f"Metal builds need macOS {_pair(METAL_MIN_MACOS)} or later, {here}"
+    return None
+
+
 def _rejection(v: Variant, s: System) -> str | None:
     """Why `v` cannot load on `s`, or None when it can."""
     if v.kind is Kind.NOARCH:
@@ -59,8 +97,9 @@ def _rejection(v: Variant, s: System) -> str | None:
             return None
         return f"pure-Python build for {v.backend}, but the backend here is {s.backend}"
 
-    if not s.abi3:
-        return "compiled kernels need abi3 support, which free-threaded Python before 3.15 lacks"
+    reason = _python_rejection(v, s)
+    if reason:
+        return reason
     if v.arch != s.arch:
         return f"built for CPU {v.arch}, this machine is {s.arch}"
     if v.os != s.os:
@@ -79,27 +118,7 @@ def _rejection(v: Variant, s: System) -> str | None:
         assert v.torch is not None
         if v.torch > s.torch:
             return f"needs torch stable ABI {v.torch_version}, newer than the installed torch {_pair(s.torch)}"
-
-    if v.backend == "metal" and v.os != "darwin":
-        return "Metal builds only load on macOS (darwin)"
-
-    if v.backend == "cuda" and s.backend == "cuda":
-        if v.backend_version is None or s.backend_version is None:
-            return "CUDA version unknown"
-        if v.backend_version[0] != s.backend_version[0] or v.backend_version[1] > s.backend_version[1]:
-            return (
-                f"CUDA {v.backend_version_str} is not compatible with CUDA {_pair(s.backend_version)} here "
-                "(the major must match and the minor be at most the system's)"
-            )
-    elif v.backend != s.backend or v.backend_version != s.backend_version:
-        return (
-            f"built for {_backend_str(v.backend, v.backend_version)}, "
-            f"the backend here is {_backend_str(s.backend, s.backend_version)}"
-        )
-
-    if v.backend == "metal" and (s.macos is None or s.macos < METAL_MIN_MACOS):
-        return f"Metal builds need macOS {_pair(METAL_MIN_MACOS)} or later, this is macOS {_pair(s.macos)}"
-    return None
+    return _backend_rejection(v, s)
 
 
 def _acceptance(v: Variant, s: System) -> str:
@@ -109,8 +128,8 @@ def _acceptance(v: Variant, s: System) -> str:
         return f"pure-Python build for {v.backend}"
     backend = _backend_str(v.backend, v.backend_version)
     if v.kind is Kind.STABLE_ABI:
-        return f"stable ABI {v.torch_version} <= torch {_pair(s.torch)}, {backend} on {v.platform}"
-    return f"torch {v.torch_version}, {backend} on {v.platform}"
+        return f"stable ABI {v.torch_version} <= torch {_pair(s.torch)}, {backend} on {v.platform}, {v.python_tag}"
+    return f"torch {v.torch_version}, {backend} on {v.platform}, {v.python_tag}"
 
 
 def check_variant(variant: Variant, system: System) -> Decision:
@@ -125,21 +144,26 @@ def preference(decision: Decision) -> tuple:
     """Sort key: lower is better."""
     v = decision.variant
     rank = 0 if decision.accepted else 1
-    backend_minor = -v.backend_version[1] if v.backend_version is not None else 0
-    if v.kind is Kind.STABLE_ABI:
-        assert v.torch is not None
-        key: tuple = (0, -v.torch[0], -v.torch[1], backend_minor)
-    elif v.kind is Kind.ARCH:
-        key = (1, 0, 0 if v.cxx11 is None else 1, backend_minor)
+    if v.kind is Kind.NOARCH:
+        key: tuple = (3 if v.backend == "universal" else 2, 0, 0, 0, 0, 0)
     else:
-        key = (3 if v.backend == "universal" else 2, 0, 0, 0)
+        assert v.torch is not None
+        if v.kind is Kind.STABLE_ABI:
+            framework = (0, -v.torch[0], -v.torch[1])
+        else:
+            framework = (1, 0, 0 if v.cxx11 is None else 1)
+        # The runtime compares only the minor: accepted CUDA/ROCm builds share the system's major.
+        backend_minor = -v.backend_version[1] if v.backend_version is not None else 0
+        python = (PYTHON_ABIS.index(v.python_abi), -v.python[0], -v.python[1])
+        key = (*framework, backend_minor, *python)
     # The name breaks ties so the order never depends on the folder listing.
     return (rank, *key, v.name)
 
 
 def select_variant(names: Iterable[str], system: System) -> tuple[Variant | None, list[Decision]]:
     """Return (the best variant or None, a decision for every name that parses as a variant),
-    the decisions sorted best first. Names that are not variants (stray folders) are ignored."""
+    the decisions sorted best first. Names that are not kbuild variants (stray folders,
+    tvm-ffi/SDK/MLX variants) are ignored."""
     variants = {v for v in (try_parse(n) for n in names) if v is not None}
     trace = sorted((check_variant(v, system) for v in variants), key=preference)
     best = trace[0].variant if trace and trace[0].accepted else None

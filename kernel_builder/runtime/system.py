@@ -1,8 +1,9 @@
-"""This machine as the loader sees it: CPU architecture, OS, torch version and ABI, backend.
+"""This machine as the loader sees it: CPU architecture, OS, torch version and ABI, backend,
+the interpreter's Python version and whether it is free-threaded.
 
-Detection mirrors the `kernels` runtime (0.17): the backend is what torch was built for
-(`torch.version.cuda`, `torch.version.hip`, MPS, `torch.version.xpu`), else CPU. torch is
-imported only when `detect_system()` is called, never at module import.
+Detection mirrors the `kernels` runtime (0.19.1): the backend is what torch was built for
+(`torch.version.cuda`, `torch.version.rocm` or `.hip`, MPS, `torch.version.xpu`), else CPU.
+torch is imported only when `detect_system()` is called, never at module import.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import platform
 import re
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kernel_builder.errors import VariantError
 
-# Metal kernels are built with `-std=metal4.0`, which needs macOS 26 (as in `kernels` 0.17).
+# Metal kernels are built with `-std=metal4.0`, which needs macOS 26 (as in `kernels` 0.19.1).
 METAL_MIN_MACOS = (26, 0)
 
 
@@ -27,8 +28,9 @@ class System:
     `torch.compiled_with_cxx11_abi()` on Linux and None elsewhere. `backend` is one of
     cpu, cuda, rocm, metal, xpu; `backend_version` is (major, minor) for cuda/rocm and
     (year, minor) for xpu, None for cpu/metal. `macos` is the macOS version on darwin.
-    `abi3` is False on free-threaded Python before 3.15, which cannot load compiled
-    (arch or stable-ABI) kernels.
+    `python` is the interpreter's (major, minor) and `free_threaded` whether it runs
+    without the GIL (abi3 variants do not load there, abi3t ones do); both default to the
+    running interpreter's.
     """
 
     arch: str
@@ -38,7 +40,8 @@ class System:
     backend: str = "cpu"
     backend_version: tuple[int, int] | None = None
     macos: tuple[int, int] | None = None
-    abi3: bool = True
+    python: tuple[int, int] = field(default_factory=lambda: sys.version_info[:2])
+    free_threaded: bool = field(default_factory=lambda: is_free_threaded())
 
     @property
     def platform(self) -> str:
@@ -75,8 +78,7 @@ class System:
         parts = [self.platform, torch, backend]
         if self.os == "darwin" and self.macos is not None:
             parts.append(f"macOS {self.macos[0]}.{self.macos[1]}")
-        if not self.abi3:
-            parts.append("free-threaded Python without abi3 support")
+        parts.append(f"Python {self.python[0]}.{self.python[1]}" + (" (free-threaded)" if self.free_threaded else ""))
         return ", ".join(parts)
 
 
@@ -104,7 +106,9 @@ def _torch_backend(torch) -> tuple[str, tuple[int, int] | None]:
         return "cuda", _version_pair(cuda)
     hip = getattr(torch.version, "hip", None)
     if hip is not None:
-        return "rocm", _version_pair(hip.split("-")[0])
+        # The ROCm release can differ from HIP's version; torch.version.rocm exists since 2.10.
+        rocm = getattr(torch.version, "rocm", None) or hip
+        return "rocm", _version_pair(rocm.split("-")[0])
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         return "metal", None
@@ -123,8 +127,9 @@ def _macos_version() -> tuple[int, int] | None:
     return (parts[0], parts[1] if len(parts) > 1 else 0) if parts else None
 
 
-def _abi3_supported() -> bool:
-    return not (sys.version_info < (3, 15) and bool(sysconfig.get_config_var("Py_GIL_DISABLED")))
+def is_free_threaded() -> bool:
+    """Whether this interpreter is a free-threaded (no-GIL) build."""
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def detect_system(backend: str | None = None) -> System:
@@ -161,5 +166,6 @@ def detect_system(backend: str | None = None) -> System:
         backend=name,
         backend_version=version,
         macos=_macos_version() if os_ == "darwin" else None,
-        abi3=_abi3_supported(),
+        python=sys.version_info[:2],
+        free_threaded=is_free_threaded(),
     )
