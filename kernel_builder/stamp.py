@@ -22,9 +22,9 @@ from kernel_builder.zip_layout import pack_package
 
 STAGING_PREFIX = ".kbuild-staging-"
 REPLACED = "old-"  # install's name for the variant it is replacing, until the new one is in place
-# kernels 0.19.1 is the first release on the package index that imports a zip variant
-# (0.18.3 has none; 0.19.0 was never published).
-ZIP_KERNELS_MINVER = "0.19.1"
+# kernels 0.19.1 is the first release on the package index that imports a zip variant and
+# reads new-style variant names (0.18.3 has neither; 0.19.0 was never published).
+ZIP_KERNELS_MINVER = NEW_STYLE_KERNELS_MINVER = "0.19.1"
 
 
 def _render(template: str, **values) -> str:
@@ -99,6 +99,9 @@ def required_kernels_version(job: BuildJob) -> str | None:
     which kernels >= 0.18 enforce with an "upgrade kernels" error); None: any release."""
     if job.manifest.general.build_layout == ZIP:
         return ZIP_KERNELS_MINVER
+    if job.variant.new_style:
+        # Older releases cannot even parse the name; the key says why to a reader of the metadata.
+        return NEW_STYLE_KERNELS_MINVER
     return None
 
 

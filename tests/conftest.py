@@ -80,3 +80,25 @@ def run_example_tests(root: Path) -> subprocess.CompletedProcess:
         cwd=root, capture_output=True, text=True, check=False,
         env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
     )
+
+
+_OLD_KERNELS: dict[str, Path | str] = {}
+
+
+def published_kernels(version: str) -> Path:
+    """A folder holding the published `kernels` release `version` (pip-installed from the package
+    index, no dependencies: the dev venv's huggingface_hub and torch serve it), to put first on
+    sys.path; once per session. Skips with pip's own last line when it cannot be installed."""
+    if version not in _OLD_KERNELS:
+        target = Path(os.environ["KBUILD_CACHE_DIR"]) / f"kernels-{version}"
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+             "--target", str(target), f"kernels=={version}"],
+            capture_output=True, text=True, check=False,
+        )
+        lines = [line for line in done.stderr.splitlines() if line.strip() and "WARNING" not in line]
+        _OLD_KERNELS[version] = target if done.returncode == 0 else (lines or ["pip failed"])[-1]
+    found = _OLD_KERNELS[version]
+    if not isinstance(found, Path):
+        pytest.skip(f"kernels {version} could not be installed from the package index: {found}")
+    return found

@@ -17,12 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import copy_example, kbuild
+from conftest import copy_example, kbuild, published_kernels
 from kernel_builder.runtime import KernelLoadError, read_metadata
 
 VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"
-# kernels 0.18.3: reads `kernels-minver` but has no zip layout.
-OLD_KERNELS = [*sorted(Path("/work/wheels").glob("kernels-0.18.3-*.whl")), Path("/tmp/k18/x")]
 
 
 @pytest.fixture(scope="module")
@@ -108,14 +106,8 @@ def test_both_loaders_load_it_in_one_process(relu_zip, first):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
-def test_kernels_without_the_zip_layout_says_upgrade(relu_zip, tmp_path):
-    old = next((p for p in OLD_KERNELS if p.exists()), None)
-    if old is None:
-        pytest.skip("kernels 0.18.3 is not here (/work/wheels or /tmp/k18/x)")
-    if old.suffix == ".whl":
-        target = tmp_path / "kernels-0.18.3"
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(old)], check=True)
-        old = target
+def test_kernels_without_the_zip_layout_says_upgrade(relu_zip):
+    old = published_kernels("0.18.3")  # reads `kernels-minver` but has no zip layout
     done = _python(
         f"""
         import kernels, pathlib

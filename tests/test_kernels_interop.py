@@ -1,6 +1,6 @@
 """kbuild's loader and the `kernels` runtime loading one build in one process, in either order,
-with kernels 0.19.1 (the dev venv's) and 0.17.2 / 0.18.3 (each installed from its published
-wheel into its own folder that shadows the dev venv's kernels)."""
+with kernels 0.19.1 (the dev venv's) and 0.17.2 / 0.18.3 (each pip-installed from the package
+index into its own folder that shadows the dev venv's kernels)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild
-
-WHEELS = Path("/work/wheels")
-OLD_RUNTIMES = ("0.17.2", "0.18.3")
+from conftest import copy_example, kbuild, published_kernels
 
 
 @pytest.fixture(scope="session")
@@ -25,24 +22,6 @@ def relu_build(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def runtime_paths(tmp_path_factory) -> dict[str, str | None]:
-    """kernels version -> a folder to put first on sys.path (None: the dev venv's own kernels)."""
-    paths: dict[str, str | None] = {"0.19.1": None}
-    for version in OLD_RUNTIMES:
-        wheels = sorted(WHEELS.glob(f"kernels-{version}-*.whl"))
-        if not wheels:
-            continue
-        target = tmp_path_factory.mktemp(f"kernels-{version}")
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheels[0])],
-            capture_output=True, text=True, check=False,
-        )
-        if done.returncode == 0:
-            paths[version] = str(target)
-    return paths
-
-
 def _run(script: str, shadow: str | None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     if shadow:
@@ -50,10 +29,9 @@ def _run(script: str, shadow: str | None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, env=env, check=False)
 
 
-def _runtime(runtime_paths, version):
-    if version not in runtime_paths:
-        pytest.skip(f"kernels {version} could not be installed from {WHEELS} (its wheel is missing or pip failed)")
-    return runtime_paths[version]
+def _runtime(version: str) -> str | None:
+    """The folder that shadows the dev venv's kernels with `version` (None: the dev venv's own)."""
+    return None if version == "0.19.1" else str(published_kernels(version))
 
 
 BOTH_ORDERS = """
@@ -79,17 +57,17 @@ BOTH_ORDERS = """
 """
 
 
-@pytest.mark.parametrize("version", ["0.19.1", *OLD_RUNTIMES])
+@pytest.mark.parametrize("version", ["0.19.1", "0.17.2", "0.18.3"])
 @pytest.mark.parametrize("order", ["kbuild-first", "kernels-first", "kbuild-before-kernels-import"])
-def test_both_loaders_in_one_process(relu_build, runtime_paths, version, order):
-    shadow = _runtime(runtime_paths, version)
+def test_both_loaders_in_one_process(relu_build, version, order):
+    shadow = _runtime(version)
     done = _run(BOTH_ORDERS.format(build=str(relu_build), order=order, version=version), shadow)
     assert done.returncode == 0, done.stderr[-3000:]
     # kernels 0.17 re-executes a kernel it did not import itself; 0.18+ reuse the loaded module.
     assert done.stdout.strip() == ("different" if version == "0.17.2" and order != "kernels-first" else "same")
 
 
-def test_two_builds_with_one_id_are_refused(relu_build, runtime_paths, tmp_path):
+def test_two_builds_with_one_id_are_refused(relu_build, tmp_path):
     """A changed copy of the build under the same id: kbuild loads the original, kernels refuses the copy."""
     import shutil
 

@@ -215,6 +215,7 @@ def test_build_names_new_style_and_both_runtimes_load_it(tiny_new):
     assert [p.name for p in (tiny_new / "build").iterdir()] == [name]
     metadata = json.loads((tiny_new / "build" / name / "metadata.json").read_text())
     assert metadata["kbuild"]["variant"] == name
+    assert metadata["kernels-minver"] == "0.19.1", "older kernels cannot read the name"
     # kernels 0.19.1 and kbuild's loader pick that folder and load it, in one process.
     theirs = kernels.get_local_kernel(tiny_new, backend="cpu")
     ours = load_local(tiny_new, backend="cpu")
@@ -234,6 +235,7 @@ def test_switching_styles_leaves_one_folder_per_build(tiny_new):
     assert job["status"] == "built"
     assert [p.name for p in (tiny_new / "build").iterdir()] == [legacy]
     assert "no work to do" in Path(job["log"]).read_text()
+    assert "kernels-minver" not in json.loads((tiny_new / "build" / legacy / "metadata.json").read_text())
     # A build with --variant names it as spelled, whichever style (the fixture's again).
     kbuild("build", str(tiny_new), "--variant", new, check=True)
     assert [p.name for p in (tiny_new / "build").iterdir()] == [new]
