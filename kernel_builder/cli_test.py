@@ -29,10 +29,13 @@ def test(
     from kernel_builder.build import build_kernel
     from kernel_builder.kernel_tests import choose_variant, machine_selection, run_kernel_tests, tests_folder, variant_python
 
+    from kernel_builder.manifest import load_manifest
+
     console = _console(stderr=True)
     tests_folder(kernel_dir)
+    matrix = None if variant else machine_selection(load_manifest(kernel_dir))
     manifest, report = build_kernel(
-        kernel_dir, (variant,) if variant else (), matrix=None if variant else machine_selection(),
+        kernel_dir, (variant,) if variant else (), matrix=matrix,
         on_wait=lambda m: console.print(escape(m)),
     )
     failed = [r for r in report.results if r.status == "failed"]

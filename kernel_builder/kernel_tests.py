@@ -119,13 +119,20 @@ def tests_folder(kernel_dir: Path) -> Path:
     return tests_dir
 
 
-def machine_selection() -> str:
+def machine_selection(manifest: Manifest) -> str:
     """The --matrix selection of the variants kbuild's runtime could load here: this machine's
     backend and running torch (so `kbuild test` does not build, say, CUDA variants on a GPU-less
-    machine that has nvcc)."""
+    machine that has nvcc). A kernel without that backend is a one-line error naming the devices
+    its tests need."""
     from kernel_builder.runtime.system import detect_system
 
     system = detect_system()
+    if system.backend not in manifest.general.backends:
+        raise KbuildError(
+            f"{manifest.name} has no {system.backend} backend (it has {', '.join(manifest.general.backends)}): "
+            f"its tests need one of those devices, and this machine's is {system.backend}",
+            exit_code=2,
+        )
     torch = f" torch={system.torch[0]}.{system.torch[1]}" if system.torch else ""
     return f"backend={system.backend}{torch}"
 

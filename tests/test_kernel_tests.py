@@ -63,8 +63,14 @@ def test_failure_is_exit_1_with_its_message_and_pytest_args_pass_through(kernel)
 def test_user_mistakes_are_one_line(kernel, tmp_path):
     no_tests = tmp_path / "tested"
     shutil.copytree(FIXTURE, no_tests, ignore=shutil.ignore_patterns("build", "tests"))
+    # A kernel for GPUs only (like kernels-community's Triton kernels) on this CPU machine.
+    gpu_only = tmp_path / "gpu-only" / "tested"
+    shutil.copytree(FIXTURE, gpu_only, ignore=shutil.ignore_patterns("build"))
+    toml = gpu_only / "build.toml"
+    toml.write_text(toml.read_text().replace('backends = ["cpu"]', 'backends = ["cuda", "rocm"]'))
     for args, expected in (
         ((str(no_tests),), "no tests/ folder"),
+        ((str(gpu_only),), "tested has no cpu backend (it has cuda, rocm): its tests need one of those devices"),
         ((str(kernel), "--variant", "torch299-cxx11-cpu-x86_64-linux"), "torch299-cxx11-cpu-x86_64-linux"),
     ):
         result = kbuild("test", *args)
