@@ -156,7 +156,14 @@ def run_tests(kernel_dir: Path, row: Row, env: dict[str, str]) -> None:
         row.test_reason = f"kbuild test: {tail or f'exit {code}'}"
         return
     row.tests = {**result.get("counts", {}), "ok": result.get("ok", False), "variant": result.get("variant")}
-    row.test_failures = [f"{f['test']}: {f['message']}" for f in result.get("failures", ())][:5]
+    failures = result.get("failures", ())
+    # The kernel's own failures first; those of tests hard-coding a device this machine lacks after.
+    kernel_failures = [f for f in failures if not f.get("needs_device")]
+    row.test_failures = [f"{f['test']}: {f['message']}" for f in kernel_failures][:5]
+    if len(kernel_failures) < len(failures):
+        example = next(f for f in failures if f.get("needs_device"))
+        row.test_failures.append(f"{len(failures) - len(kernel_failures)} failed on a device this machine lacks, "
+                                 f"e.g. {example['test']}: {example['message'][:120]}")
     skipped = result.get("skipped", ())
     if not row.tests_pass:
         reasons = [f"{s['count']}x {s['reason']}" for s in skipped][:3]
@@ -167,8 +174,9 @@ def print_table(rows: list[Row], toolchains: str) -> None:
     print(f"\n{'kernel':28} {'kind':7} {'built':>7} {'build s':>8}  {'tests (pass/fail/err/skip, device)':36} reason")
     for r in rows:
         t = r.tests
+        # device: skipped or failed for want of a device this machine lacks.
         tests = (f"{t.get('passed', 0)}/{t.get('failed', 0)}/{t.get('errors', 0)}/{t.get('skipped', 0)}, "
-                 f"{t.get('needs_device', 0)}") if t else "-"
+                 f"{t.get('needs_device', 0) + t.get('failed_needs_device', 0)}") if t else "-"
         reasons = r.build_failures + r.test_failures + ([r.test_reason] if r.test_reason else [])
         print(f"{r.kernel:28} {r.kind:7} {f'{r.built}/{len(r.variants)}':>7} {r.build_seconds:8.1f}  {tests:36} "
               f"{' || '.join(reasons)[:400]}")

@@ -29,6 +29,14 @@ from kernel_builder.runtime.zip_package import ZIP, archive_path, layout_of
 KERNELS_PIN = "kernels==0.19.1"
 # A skip reason naming one of these means the test needs hardware this machine lacks.
 DEVICE_WORDS = re.compile(r"\b(cuda|gpus?|device|rocm|hip|xpu|mps|metal|npu|triton)\b", re.IGNORECASE)
+# A failure with one of these messages is a test that hard-codes a device this machine lacks
+# (torch's and triton's own errors), not a fault of the kernel: counted apart as needs_device.
+NO_DEVICE_ERRORS = re.compile(
+    r"not compiled with (CUDA|XPU|ROCm|HIP|MPS) enabled|Found no NVIDIA driver|No CUDA GPUs are available"
+    r"|no ROCm-capable device|CUDA driver initialization failed|0 active drivers|Cannot access accelerator device"
+    r"|MPS backend is supported on MacOS|Expected one of cpu.* device type at start of device string",
+    re.IGNORECASE,
+)
 # `get_kernel("org/name"...)`-style literals in the tests: each one is pointed at the build.
 REPO_LITERAL = re.compile(r"""get_kernel\(\s*["']([\w.-]+/[\w.-]+)["']""")
 
@@ -62,6 +70,8 @@ class TestRun:
         line = f"{self.kernel} ({self.variant}): {c['passed']} passed, {c['failed']} failed"
         if c["errors"]:
             line += f", {c['errors']} errors"
+        if c["failed_needs_device"]:
+            line += f" ({c['failed_needs_device']} of them on a device this machine lacks)"
         line += f", {c['skipped']} skipped"
         if c["needs_device"]:
             line += f" ({c['needs_device']} need a device this machine lacks)"
@@ -195,7 +205,7 @@ def import_shim(variant_dir: Path, python_name: str, into: Path) -> Path:
 # -- running pytest and reading its results ------------------------------------------------
 def read_junit(xml_file: Path) -> tuple[dict, list, list]:
     """(counts, skipped grouped by reason, failures) from pytest's junit XML."""
-    counts = dict(passed=0, failed=0, errors=0, skipped=0, needs_device=0)
+    counts = dict(passed=0, failed=0, errors=0, skipped=0, needs_device=0, failed_needs_device=0)
     reasons: Counter = Counter()
     failures = []
     if not xml_file.is_file():
@@ -213,7 +223,10 @@ def read_junit(xml_file: Path) -> tuple[dict, list, list]:
                 counts["needs_device"] += 1
         else:
             counts["failed" if outcome.tag == "failure" else "errors"] += 1
-            failures.append({"test": test, "message": (outcome.get("message") or "").strip()})
+            message = (outcome.get("message") or "").strip()
+            no_device = bool(NO_DEVICE_ERRORS.search(f"{message}\n{outcome.text or ''}"))
+            counts["failed_needs_device"] += no_device
+            failures.append({"test": test, "message": message, "needs_device": no_device})
     skipped = [{"reason": r, "count": n} for r, n in reasons.most_common()]
     return counts, skipped, failures
 

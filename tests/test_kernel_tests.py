@@ -17,6 +17,12 @@ from tested import scaled_add
 
 def test_broken_on_purpose():
     assert scaled_add(1, 1) == 4, "scaled_add(1, 1) is 3"
+
+
+def test_broken_hard_codes_cuda():
+    import torch
+
+    assert scaled_add(torch.ones(1, device="cuda"), 1).item() == 3
 '''
 
 
@@ -37,7 +43,7 @@ def test_own_tests_pass_by_python_name_and_get_kernel_with_device_skip_counted(k
     assert result.returncode == 0, result.stderr
     assert set(data) == {"kernel", "variant", "python", "packages", "ok", "exit_code", "counts", "skipped", "failures", "not_installed"}
     assert (data["kernel"], data["variant"], data["ok"], data["exit_code"]) == ("tested", "torch-cpu", True, 0)
-    assert data["counts"] == {"passed": 2, "failed": 0, "errors": 0, "skipped": 1, "needs_device": 1}
+    assert data["counts"] == {"passed": 2, "failed": 0, "errors": 0, "skipped": 1, "needs_device": 1, "failed_needs_device": 0}
     assert data["skipped"] == [{"reason": "needs CUDA", "count": 1}]
     assert "pytest" in data["packages"]
     assert "test_get_kernel_through_local_kernels PASSED" in result.stderr or "2 passed" in result.stderr
@@ -52,9 +58,12 @@ def test_failure_is_exit_1_with_its_message_and_pytest_args_pass_through(kernel)
     finally:
         broken.unlink()
     assert result.returncode == 1, result.stderr
-    assert data["counts"]["passed"] == 1 and data["counts"]["failed"] == 1 and data["counts"]["skipped"] == 0
-    [failure] = data["failures"]
+    assert data["counts"]["passed"] == 1 and data["counts"]["failed"] == 2 and data["counts"]["skipped"] == 0
+    # The CPU-only torch here has no CUDA: that failure is the machine's, told apart from the kernel's.
+    assert data["counts"]["failed_needs_device"] == 1
+    failure, cuda = sorted(data["failures"], key=lambda f: "cuda" in f["test"])
     assert failure["test"].endswith("test_broken_on_purpose") and "scaled_add(1, 1) is 3" in failure["message"]
+    assert not failure["needs_device"] and cuda["needs_device"] and cuda["test"].endswith("test_broken_hard_codes_cuda")
     summary = kbuild("test", str(kernel), "--", "-k", "python_name")
     assert summary.returncode == 0
     assert "tested (torch-cpu): 1 passed, 0 failed, 0 skipped" in summary.stderr
