@@ -9,6 +9,12 @@
   symlinked directory is not descended into.
 
 The builder writes `metadata["digest"] = {"algorithm": "sha256", "files": hash_variant(dir)}`.
+
+Hashing never opens anything but a regular file (a FIFO or device would block or never end).
+`verify_digest` is stricter than the hash, because what it passes gets imported: every entry
+must be a regular file or a folder (a symlinked folder is not hashed yet could shadow a
+module; a link may point anywhere), except the links huggingface_hub's cache makes from a
+snapshot's files into its own blobs/ folder.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import stat
 from pathlib import Path
+
+from kernel_builder.runtime.files import describe_mode, open_regular
 
 ALGORITHMS = ("sha256", "sha512")  # what kernels' metadata.json accepts
 _CHUNK = 1 << 20
@@ -24,10 +33,15 @@ _CHUNK = 1 << 20
 
 def _file_digest(path: str, algorithm: str) -> str:
     h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
     return base64.b64encode(h.digest()).decode("ascii")
+
+
+def digest_bytes(data: bytes, algorithm: str) -> str:
+    """The digest of bytes already read, in the form hash_variant gives for a file."""
+    return base64.b64encode(hashlib.new(algorithm, data).digest()).decode("ascii")
 
 
 def _excluded(rel_parts: tuple[str, ...]) -> bool:
@@ -63,6 +77,56 @@ def _raise(error: OSError) -> None:
     raise error
 
 
+def _hub_blobs(root: str) -> str | None:
+    """`<repo>/blobs` when `root` is a variant in a huggingface_hub snapshot
+    (`<repo>/snapshots/<sha>/build/<variant>`), whose files are links into it."""
+    build = os.path.dirname(os.path.realpath(root))
+    snapshots = os.path.dirname(os.path.dirname(build))
+    if os.path.basename(build) != "build" or os.path.basename(snapshots) != "snapshots":
+        return None
+    return os.path.join(os.path.dirname(snapshots), "blobs")
+
+
+def untrusted_entries(path: Path | str) -> list[str]:
+    """One line per entry of the variant folder that is not a regular file or a real folder
+    (see the module doc), found without following any link or opening anything.
+    `__pycache__` folders are skipped: the loader never reads them."""
+    root = os.fspath(path)
+    blobs = _hub_blobs(root)
+    problems: list[str] = []
+    pending = [(root, "")]
+    while pending:
+        folder, prefix = pending.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                rel = prefix + entry.name
+                if entry.name == "__pycache__":
+                    continue
+                if entry.is_symlink():
+                    if not _is_blob_link(entry.path, blobs):
+                        target = os.readlink(entry.path)
+                        problems.append(f"{rel}: a symlink (to {target}); a variant may hold only regular files and folders")
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel + "/"))
+                elif not entry.is_file(follow_symlinks=False):
+                    kind = describe_mode(entry.stat(follow_symlinks=False).st_mode)
+                    problems.append(f"{rel}: {kind}; a variant may hold only regular files and folders")
+    return sorted(problems)
+
+
+def _is_blob_link(link: str, blobs: str | None) -> bool:
+    """A link huggingface_hub made: to a regular file directly in its blobs/ folder."""
+    if blobs is None:
+        return False
+    target = os.path.realpath(link)
+    if os.path.dirname(target) != os.path.realpath(blobs):
+        return False
+    try:
+        return stat.S_ISREG(os.stat(target).st_mode)
+    except OSError:
+        return False
+
+
 def verify_digest(path: Path | str, metadata: dict) -> list[str]:
     """Check the folder against `metadata["digest"]`; return one human-readable line per
     violation (empty when the folder matches)."""
@@ -78,6 +142,9 @@ def verify_digest(path: Path | str, metadata: dict) -> list[str]:
     ):
         return ["metadata.json 'digest.files' is not a table of path -> digest strings"]
     try:
+        untrusted = untrusted_entries(path)
+        if untrusted:
+            return untrusted  # hashing is moot, and would follow those entries
         actual = hash_variant(path, algorithm)
     except OSError as e:
         return [f"cannot read the folder's files: {e}"]

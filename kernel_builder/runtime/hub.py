@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from kernel_builder.runtime.digest import untrusted_entries
+from kernel_builder.runtime.files import JsonFileError, load_json_file, read_regular
 from kernel_builder.runtime.loader import (
     DigestMismatchError,
     KernelLoadError,
@@ -60,6 +62,7 @@ _STATE_FORMAT = 1
 _TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub's truthy env values
 _SHORT_SHA_RE = re.compile(r"^[0-9a-f]{7,39}$")
 _MAX_LISTED = 5
+_MAX_REF_BYTES = 1024  # a refs/<name> file holds one commit id
 
 
 class KernelNotFoundError(KernelLoadError):
@@ -122,8 +125,12 @@ class _RepoCache:
 
     def load(self) -> dict:
         try:
-            data = json.loads(self.state_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = load_json_file(self.state_file)
+        except FileNotFoundError:
+            return {}
+        except (OSError, JsonFileError) as e:
+            # Only a cache of what the Hub said: an unusable one costs a request, not the load.
+            logger.warning("kbuild: ignoring %s: %s", self.state_file, e)
             return {}
         return data if isinstance(data, dict) and data.get("format") == _STATE_FORMAT else {}
 
@@ -158,7 +165,7 @@ class _RepoCache:
     def hf_ref(self, name: str) -> str | None:
         """A commit huggingface_hub (or `kernels`) recorded under refs/<name>."""
         try:
-            sha = (self.folder / "refs" / name).read_text(encoding="utf-8").strip()
+            sha = read_regular(self.folder / "refs" / name, limit=_MAX_REF_BYTES).decode("utf-8").strip()
         except (OSError, ValueError):
             return None
         return sha if COMMIT_RE.match(sha) else None
@@ -169,7 +176,7 @@ class _RepoCache:
         try:
             (self.folder / "refs").mkdir(parents=True, exist_ok=True)
             target = self.folder / "refs" / name
-            if target.is_file() and target.read_text(encoding="utf-8").strip() == sha:
+            if self.hf_ref(name) == sha:
                 return
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".kbuild-", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -537,11 +544,14 @@ def get_kernel(
         repo_id, version, revision=revision, backend=backend, trust_remote_code=trust_remote_code,
         local_files_only=local_files_only, cache_dir=cache_dir, token=token, endpoint=endpoint,
     )
-    if lock_entry is not None:
-        from kernel_builder.lockfile import verify_locked_variant
-
-        verify_locked_variant(lock_entry, fetched.variant, fetched.path, lockfile=Path(lockfile))
     try:
+        if lock_entry is not None:
+            from kernel_builder.lockfile import verify_locked_variant
+
+            untrusted = untrusted_entries(fetched.path)  # the lock's hash would open them
+            if untrusted:
+                raise DigestMismatchError(untrusted[0], path=fetched.path, violations=untrusted)
+            verify_locked_variant(lock_entry, fetched.variant, fetched.path, lockfile=Path(lockfile))
         return load_local(fetched.path, backend=backend, verify=True)
     except DigestMismatchError as e:
         listed = "; ".join(e.violations[:_MAX_LISTED])

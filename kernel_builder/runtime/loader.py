@@ -7,22 +7,23 @@ library only (torch is imported to detect the system)."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import sys
 import threading
+import zipfile
 from collections.abc import Callable
-from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
 from kernel_builder.errors import KbuildError
 from kernel_builder.runtime.digest import verify_digest
+from kernel_builder.runtime.files import JsonFileError, load_json_file
 from kernel_builder.runtime.kernels_interop import record_loaded
 from kernel_builder.runtime.select import Decision, check_variant, select_variant
 from kernel_builder.runtime.system import System, detect_system
-from kernel_builder.runtime.zip_package import LAYOUTS, ZIP, archive_path, layout_of, package_spec
+from kernel_builder.runtime.verified_import import TamperedError, VerifiedPackage, register, unregister
+from kernel_builder.runtime.zip_package import INIT, LAYOUTS, ZIP, archive_path, layout_of
 from kernel_builder.variants import try_parse
 
 # Every key the `kernels` runtime requires in metadata.json, with the JSON type it must have.
@@ -42,6 +43,8 @@ _JSON_TYPE = {str: "a string", int: "an integer", list: "a list", dict: "a table
 # well formed and then loads every layout it knows (LAYOUTS) itself.
 _KERNELS_MINVER = re.compile(r"\d+\.\d+\.\d+")
 _MAX_LISTED = 5
+# kernels' KernelName: what a kernel's `name` may be (it names the nested package folder).
+_KERNEL_NAME = re.compile(r"[a-z][-a-z0-9]*[a-z0-9]")
 
 _loaded: dict[Path, ModuleType] = {}
 _lock = threading.RLock()
@@ -89,7 +92,7 @@ def _find(path: Path, system_for: Callable[[], System]) -> Path:
     if not path.is_dir():
         raise KernelLoadError(f"{path} is not a folder; expected a kernel repo, its build/ folder or a variant folder")
 
-    if (path / "metadata.json").is_file():
+    if (path / "metadata.json").exists():  # not is_file(): a planted FIFO gets read_metadata's error
         # A variant folder itself. When its name says what it was built for, hold it to
         # the same rules as a selected one rather than failing later in the import.
         variant = try_parse(path.name)
@@ -124,18 +127,16 @@ def find_variant(path: Path | str, backend: str | None = None, *, system: System
 
 # -- metadata ------------------------------------------------------------------------
 def read_json(file: Path, error: type[KernelLoadError], remedy: str, missing: str | None = None):
-    """The JSON value in `file`, or `error` with one line ending in `remedy` (`missing`
-    replaces the whole line when the file does not exist)."""
+    """The JSON value in `file` (bounded: runtime/files.py), or `error` with one line ending in
+    `remedy` (`missing` replaces the whole line when the file does not exist)."""
     try:
-        text = file.read_text(encoding="utf-8")
+        return load_json_file(file)
     except FileNotFoundError:
         raise error(missing or f"cannot read {file}: it does not exist; {remedy}") from None
     except OSError as e:
         raise error(f"cannot read {file}: {e.strerror or e}; {remedy}") from None
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise error(f"{file} is not valid JSON ({e}); {remedy}") from None
+    except JsonFileError as e:
+        raise error(f"{e}; {remedy}") from None
 
 
 def read_metadata(folder: Path | str) -> dict:
@@ -152,6 +153,12 @@ def read_metadata(folder: Path | str) -> dict:
             raise KernelLoadError(
                 f"{file}: '{key}' must be {_JSON_TYPE[types[0]]}, got {type(value).__name__}; rebuild the kernel"
             )
+    # Both end up in paths and module names: hold them to the formats kernels accepts.
+    if not _KERNEL_NAME.fullmatch(metadata["name"]):
+        raise KernelLoadError(
+            f"{file}: 'name' must be a kernel name such as \"relu\" or \"flash-attn2\" (lowercase letters, digits "
+            f"and dashes, starting with a letter), got {metadata['name']!r}; rebuild the kernel"
+        )
     module_id = metadata["id"]
     if not module_id.isidentifier():
         raise KernelLoadError(f"{file}: 'id' must be a Python identifier such as _relu_cpu_1a2b3c4, got {module_id!r}")
@@ -169,30 +176,31 @@ def read_metadata(folder: Path | str) -> dict:
 
 
 # -- importing -----------------------------------------------------------------------
-def _package_spec(folder: Path, metadata: dict) -> ModuleSpec:
-    """How to import the variant's package, by its build layout."""
+def _package(folder: Path, metadata: dict, verified: bool) -> VerifiedPackage:
+    """Where the variant's package comes from, by its build layout; with `verified`, every
+    byte imported is checked against the digest as it is read (runtime/verified_import.py)."""
     module_id = metadata["id"]
-    if layout_of(metadata) == ZIP:
-        archive = archive_path(folder, module_id)
-        if not archive.is_file():
-            raise KernelLoadError(f"{folder} has no {archive.name} (its build-layout is zip); rebuild the kernel")
-        return package_spec(folder, module_id)
-    init = _package_init(folder, metadata)
-    spec = importlib.util.spec_from_file_location(module_id, init, submodule_search_locations=[str(init.parent)])
-    if spec is None or spec.loader is None:
-        raise KernelLoadError(f"cannot import {init}")
-    return spec
-
-
-def _package_init(folder: Path, metadata: dict) -> Path:
-    init = folder / "__init__.py"
-    if init.is_file():
-        return init
-    # As in `kernels`: a variant may keep its package one level down, named after the kernel.
-    nested = folder / metadata["name"].replace("-", "_") / "__init__.py"
-    if nested.is_file():
-        return nested
-    raise KernelLoadError(f"{folder} has no __init__.py to import; rebuild the kernel")
+    digest = metadata["digest"]
+    expected = digest.get("files") if verified else None
+    algorithm = digest.get("algorithm", "sha256")
+    try:
+        if layout_of(metadata) == ZIP:
+            archive = archive_path(folder, module_id)
+            if not archive.is_file():
+                raise KernelLoadError(f"{folder} has no {archive.name} (its build-layout is zip); rebuild the kernel")
+            return VerifiedPackage(module_id, folder, expected, algorithm, archive=archive)
+        package = VerifiedPackage(module_id, folder, expected, algorithm)
+        if not package.has_file(INIT):
+            # As in `kernels`: a variant may keep its package one level down, named after the kernel.
+            nested = metadata["name"].replace("-", "_")
+            if not package.has_file(f"{nested}/{INIT}"):
+                raise KernelLoadError(f"{folder} has no __init__.py to import; rebuild the kernel")
+            package.package_dir = nested
+        return package
+    except TamperedError as e:
+        raise DigestMismatchError(str(e), path=folder, violations=[str(e)]) from None
+    except (ImportError, zipfile.BadZipFile) as e:
+        raise KernelLoadError(f"cannot import {folder}: {e}; rebuild the kernel") from None
 
 
 def _same_origin(a: str | None, b: str) -> bool:
@@ -206,8 +214,11 @@ def _same_origin(a: str | None, b: str) -> bool:
         return False
 
 
-def _import(spec: ModuleSpec, metadata: dict, folder: Path) -> ModuleType:
-    module_id = spec.name
+def _import(package: VerifiedPackage, metadata: dict, folder: Path) -> ModuleType:
+    module_id = package.module_id
+    spec = package.root_spec()
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"cannot import {folder}: its package has no __init__.py; rebuild the kernel")
     existing = sys.modules.get(module_id)
     if existing is not None:
         if _same_origin(getattr(existing, "__file__", None), spec.origin):
@@ -218,12 +229,14 @@ def _import(spec: ModuleSpec, metadata: dict, folder: Path) -> ModuleType:
             "process; rebuild one of the two so it gets its own id."
         )
     module = importlib.util.module_from_spec(spec)
+    register(package)  # its submodules, too, come from checked source only
     sys.modules[module_id] = module  # before exec, so `from ._ops import ops` resolves
     try:
         spec.loader.exec_module(module)
     except BaseException as e:
         for name in [n for n in sys.modules if n == module_id or n.startswith(module_id + ".")]:
             del sys.modules[name]
+        unregister(module_id)
         e.add_note(f"while importing kernel '{metadata['name']}' (id {module_id}) from variant {folder}")
         raise
     return module
@@ -255,7 +268,7 @@ def load_local(path: Path | str, *, backend: str | None = None, verify: bool = T
                     path=folder,
                     violations=problems,
                 )
-        module = _import(_package_spec(folder, metadata), metadata, folder)
+        module = _import(_package(folder, metadata, verify), metadata, folder)
         record_loaded(metadata["id"], folder)  # so `kernels` can load the same build in this process
         _loaded[folder] = module
         return module

@@ -11,8 +11,9 @@ The allowlist is the union of
       [runtime]
       trusted-namespaces = ["my-org", "alice"]
 
-A caller opts in per call with `trust_remote_code=True` (any repo), or with a list of
-repo ids and/or namespaces (`["alice/relu", "my-org"]`). Names compare case-insensitively,
+A caller opts in per call with `trust_remote_code=True` (any repo), or with a list (tuple,
+set) of repo ids and/or namespaces (`["alice/relu", "my-org"]`); False or None opts in to
+nothing, and any other value is an error rather than a guess. Names compare case-insensitively,
 as the Hub treats them. Standard library only.
 """
 
@@ -29,6 +30,7 @@ from kernel_builder.runtime.loader import KernelLoadError
 DEFAULT_TRUSTED = ("kernels-community",)
 ENV_VAR = "KBUILD_TRUSTED_NAMESPACES"
 CONFIG_ENV_VAR = "KBUILD_CONFIG"
+_KINDS = {str: "string", int: "integer", dict: "dict", bytes: "bytes"}
 
 
 class UntrustedKernelError(KernelLoadError):
@@ -72,24 +74,39 @@ def trusted_namespaces() -> frozenset[str]:
     return frozenset(n.strip().casefold() for n in names if n.strip())
 
 
-def is_trusted(repo_id: str, trust_remote_code: bool | Iterable[str] = False) -> bool:
+def _opted_in(trust_remote_code: object) -> bool | frozenset[str]:
+    """The caller's opt-in: True (any repo), or the casefolded repo ids / namespaces listed.
+    Anything else is a KernelLoadError: a mistyped value must never grant trust by accident
+    (a dict would be read by its keys, `1` is not True)."""
+    if trust_remote_code is None or trust_remote_code is False:
+        return frozenset()
     if trust_remote_code is True:
         return True
+    if isinstance(trust_remote_code, (list, tuple, set, frozenset)) and all(
+        isinstance(n, str) for n in trust_remote_code
+    ):
+        return frozenset(n.strip().casefold() for n in trust_remote_code)
+    shown = repr(trust_remote_code)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise KernelLoadError(
+        "trust_remote_code must be True, False or a list of repo ids / namespaces such as "
+        f"[\"my-org\", \"alice/relu\"], got the {_KINDS.get(type(trust_remote_code), type(trust_remote_code).__name__)} {shown}"
+    )
+
+
+def is_trusted(repo_id: str, trust_remote_code: bool | Iterable[str] = False) -> bool:
+    opted = _opted_in(trust_remote_code)
+    if opted is True:
+        return True
     namespace = repo_id.split("/", 1)[0].casefold()
-    if trust_remote_code and not isinstance(trust_remote_code, (str, bytes)):
-        opted = {str(n).casefold() for n in trust_remote_code}
-        if repo_id.casefold() in opted or namespace in opted:
-            return True
+    if repo_id.casefold() in opted or namespace in opted:
+        return True
     return namespace in trusted_namespaces()
 
 
 def check_trust(repo_id: str, trust_remote_code: bool | Iterable[str] = False) -> None:
-    """Raise UntrustedKernelError unless `repo_id` may load (see the module doc)."""
-    if isinstance(trust_remote_code, (str, bytes)):
-        # A bare string would be read letter by letter; say what to pass instead.
-        raise KernelLoadError(
-            f"trust_remote_code must be True, False or a list of repo ids / namespaces, got the string {trust_remote_code!r}"
-        )
+    """Raise UntrustedKernelError unless `repo_id` may load (see the module doc); a
+    `trust_remote_code` of another form is a KernelLoadError."""
     if is_trusted(repo_id, trust_remote_code):
         return
     namespace = repo_id.split("/", 1)[0]
