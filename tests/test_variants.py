@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -205,24 +206,29 @@ def _torch_tag() -> tuple[str, str]:
 
 
 def test_build_names_new_style_and_both_runtimes_load_it(tiny_new):
-    import kernels
-    import torch
-
-    from kernel_builder.runtime.loader import load_local
-
     major, minor = _torch_tag()
     name = f"torch-{major}.{minor}-cxx11-cpu-cpython-3.9-abi3-x86_64-linux"
     assert [p.name for p in (tiny_new / "build").iterdir()] == [name]
     metadata = json.loads((tiny_new / "build" / name / "metadata.json").read_text())
     assert metadata["kbuild"]["variant"] == name
     assert metadata["kernels-minver"] == "0.19.1", "older kernels cannot read the name"
-    # kernels 0.19.1 and kbuild's loader pick that folder and load it, in one process.
-    theirs = kernels.get_local_kernel(tiny_new, backend="cpu")
-    ours = load_local(tiny_new, backend="cpu")
-    x = torch.randn(4, 3)
-    torch.testing.assert_close(theirs.add_one(x), x + 1)
-    torch.testing.assert_close(ours.add_one(x), x + 1)
-    assert theirs.__name__ == ours.__name__ == metadata["id"]
+    # kernels 0.19.1 and kbuild's loader pick that folder and load it, in one fresh process
+    # (this one may hold the legacy-named build of the same sources under the same id).
+    script = (
+        "import sys, torch, kernels\n"
+        "from pathlib import Path\n"
+        "from kernel_builder.runtime.loader import load_local\n"
+        "root = Path(sys.argv[1])\n"
+        "theirs = kernels.get_local_kernel(root, backend='cpu')\n"
+        "ours = load_local(root, backend='cpu')\n"
+        "x = torch.randn(4, 3)\n"
+        "torch.testing.assert_close(theirs.add_one(x), x + 1)\n"
+        "torch.testing.assert_close(ours.add_one(x), x + 1)\n"
+        "print(theirs.__name__, ours.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_new)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [metadata["id"], metadata["id"]]
 
 
 def test_switching_styles_leaves_one_folder_per_build(tiny_new):
