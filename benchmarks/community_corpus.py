@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,15 +58,29 @@ class Row:
         return bool(self.tests) and self.tests.get("ok", False) and self.tests.get("passed", 0) > 0
 
 
-def kbuild_env(toolchains: str) -> dict[str, str]:
-    """The environment every kbuild call runs in; `hidden` drops PATH entries holding nvcc or hipcc."""
+def kbuild_env(toolchains: str, scratch: Path) -> dict[str, str]:
+    """The environment every kbuild call runs in. `hidden` replaces each PATH folder holding nvcc
+    or hipcc by a shadow folder linking everything else in it: hipcc sits in /usr/bin beside g++,
+    which the CPU kernels still need."""
     env = dict(os.environ)
     if toolchains == "hidden":
-        keep = [d for d in env.get("PATH", "").split(os.pathsep) if not any((Path(d) / t).exists() for t in TOOLCHAINS)]
-        env["PATH"] = os.pathsep.join(keep)
+        env["PATH"] = os.pathsep.join(
+            shadow_without_toolchains(Path(d), scratch / f"path{i}") for i, d in enumerate(env.get("PATH", "").split(os.pathsep))
+        )
         for var in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH"):
             env.pop(var, None)
     return env
+
+
+def shadow_without_toolchains(folder: Path, shadow: Path) -> str:
+    """`folder` itself, or a shadow of it without the toolchain entries (hipcc, hipcc.pl, nvcc, ...)."""
+    if not any((folder / tool).exists() for tool in TOOLCHAINS):
+        return str(folder)
+    shadow.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if not entry.name.startswith(TOOLCHAINS):
+            (shadow / entry.name).symlink_to(entry)
+    return str(shadow)
 
 
 def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dict | None, str]:
@@ -199,7 +214,11 @@ def main() -> int:
 
     only = {n for n in args.only.split(",") if n}
     cuda = set() if args.cuda == "none" else set(args.cuda.split(","))
-    env = kbuild_env(args.toolchains)
+    with tempfile.TemporaryDirectory(prefix="kbuild-corpus-") as scratch:
+        return run_corpus(args, only, cuda, kbuild_env(args.toolchains, Path(scratch)))
+
+
+def run_corpus(args: argparse.Namespace, only: set[str], cuda: set[str], env: dict[str, str]) -> int:
     kernels = sorted(p.parent for p in args.kc_dir.glob("*/build.toml") if not only or p.parent.name in only)
     if not kernels:
         print(f"no kernels (folders with build.toml) found in {args.kc_dir}", file=sys.stderr)
