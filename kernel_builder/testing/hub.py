@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import re
 import signal
 import socket
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import BinaryIO
@@ -34,8 +34,10 @@ from .hub_api import (
     TEST_USER,
     WRITE_TOKEN,
     HubApi,
+    HubError,
     Request,
     Response,
+    error_response,
 )
 from .hub_store import HubStore
 
@@ -45,6 +47,29 @@ _DRAIN_LIMIT = 1 << 20  # unread request bodies up to this size are drained to k
 
 
 CLIENT_CLOSED = 499  # the status recorded for a request whose client hung up before it was whole
+_LENGTH_RE = re.compile(r"[0-9]{1,18}")
+_CHUNK_SIZE_RE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+
+
+class MalformedBody(ValueError):
+    """The request's framing (Content-Length, Transfer-Encoding, a chunk size) cannot be read:
+    answered with a 400 and a closed connection, since where the next request starts is unknown."""
+
+
+def _body_length(headers) -> int | None:
+    """The body's length from the framing headers, None for chunked; MalformedBody when they
+    are not exactly one of: no body, one Content-Length of digits, Transfer-Encoding: chunked."""
+    lengths = [v.strip() for v in headers.get_all("Content-Length") or []]
+    codings = [c.strip().lower() for v in headers.get_all("Transfer-Encoding") or [] for c in v.split(",")]
+    if codings:
+        if codings != ["chunked"] or lengths:
+            raise MalformedBody("Transfer-Encoding must be exactly 'chunked', without a Content-Length")
+        return None
+    if not lengths:
+        return 0
+    if len(lengths) != 1 or not _LENGTH_RE.fullmatch(lengths[0]):
+        raise MalformedBody(f"Invalid Content-Length: {', '.join(lengths)!r}")
+    return int(lengths[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +82,11 @@ class RequestRecord:
 class _Body:
     """A request body as a stream, framed by Content-Length or chunked transfer encoding."""
 
-    def __init__(self, rfile: BinaryIO, headers: Mapping[str, str]):
+    def __init__(self, rfile: BinaryIO, length: int | None):
+        """`length`: the Content-Length, or None for a chunked body."""
         self._rfile = rfile
-        self._chunked = "chunked" in (headers.get("Transfer-Encoding") or "").lower()
-        self._left = 0 if self._chunked else int(headers.get("Content-Length") or 0)
+        self._chunked = length is None
+        self._left = length or 0
         self._done = not self._chunked and self._left == 0
 
     def read(self, size: int = -1) -> bytes:
@@ -86,7 +112,10 @@ class _Body:
         line = self._rfile.readline(1024)
         if not line:
             raise ConnectionError("the client closed the connection mid-body")
-        self._left = int(line.split(b";")[0].strip() or b"0", 16)
+        size = line.split(b";")[0].strip()
+        if not _CHUNK_SIZE_RE.fullmatch(size):
+            raise MalformedBody(f"Invalid chunk size: {size[:20]!r}")
+        self._left = int(size, 16)
         if self._left == 0:
             while self._rfile.readline(1024).strip():  # trailers, then the blank line
                 pass
@@ -117,8 +146,12 @@ class _Handler(BaseHTTPRequestHandler):
         super().finish()
 
     def do_GET(self) -> None:
+        try:
+            body = _Body(self.rfile, _body_length(self.headers))
+        except MalformedBody as error:
+            self._refuse(error)
+            return
         target = urlsplit(self.path)
-        body = _Body(self.rfile, self.headers)
         host = self.headers.get("Host") or "{}:{}".format(*self.server.server_address[:2])
         request = Request(self.command, target.path or "/", parse_qs(target.query, keep_blank_values=True),
                           self.headers, body, f"http://{host}")
@@ -127,6 +160,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ConnectionError:  # the client hung up mid-body: nothing was written, nothing to answer
             self.close_connection = True
             self.server.hub._record(RequestRecord(self.command, self.path, CLIENT_CLOSED))
+            return
+        except MalformedBody as error:  # found while the API read the body
+            self._refuse(error)
             return
         except Exception as error:  # noqa: BLE001 - a server bug: answer like the Hub would, and say what broke
             self.server.hub._log(f"internal error on {self.command} {self.path}: {error!r}", error)
@@ -137,6 +173,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.hub._record(RequestRecord(self.command, self.path, response.status))
 
     do_HEAD = do_POST = do_PUT = do_DELETE = do_GET
+
+    def _refuse(self, error: MalformedBody) -> None:
+        self.close_connection = True
+        response = error_response(HubError(400, str(error)))
+        self._send(response)
+        self.server.hub._record(RequestRecord(self.command, self.path, response.status))
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)

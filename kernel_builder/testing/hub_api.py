@@ -22,6 +22,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, unquote, urlencode
 
+from kernel_builder.hub_names import name_problem, repo_id_problem
+from kernel_builder.runtime.files import MAX_JSON_DEPTH, json_depth
+
 from .hub_store import (
     SHA256_RE,
     File,
@@ -46,8 +49,8 @@ LFS_THRESHOLD = 10 * 1024 * 1024
 # The message the Hub sends, and huggingface_hub tests for, when a token is not valid.
 INVALID_TOKEN = "Invalid credentials in Authorization header"
 AUTH_REQUIRED = "Authentication required: this operation needs a token with write access"
-_REPO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class HubError(Exception):
@@ -75,14 +78,15 @@ class Request:
             self._body = self.stream.read()
         return self._body
 
-    def json(self) -> Any:
+    def json(self) -> dict:
+        """The body as a JSON object ({} when empty); anything else is a 400."""
         raw = self.body()
-        if not raw.strip():
-            return {}
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise HubError(400, "The request body is not valid JSON") from None
+        return _json_object(raw, "The request body") if raw.strip() else {}
+
+    def json_lines(self) -> list[dict]:
+        """An NDJSON body: one JSON object per non-blank line."""
+        return [_json_object(line, f"Line {number} of the body")
+                for number, line in enumerate(self.body().splitlines(), 1) if line.strip()]
 
     def param(self, name: str) -> str | None:
         values = self.query.get(name)
@@ -112,6 +116,59 @@ class Identity:
     role: str  # "write" or "read"
 
 
+def _json_kind(value: Any) -> str:
+    for kind, words in ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"),
+                        (list, "an array"), (dict, "an object")):
+        if isinstance(value, kind):
+            return words
+    return "null"
+
+
+def _json_object(raw: bytes, what: str) -> dict:
+    """`raw` parsed as one JSON object, its nesting bounded before the recursive parser sees it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HubError(400, f"{what} is not UTF-8 text") from None
+    # Counting brackets first spares a scan of large bodies (base64 content) that cannot nest deep.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth(text) > MAX_JSON_DEPTH:
+        raise HubError(400, f"{what} nests JSON deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise HubError(400, f"{what} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise HubError(400, f"{what} must be a JSON object, not {_json_kind(value)}")
+    return value
+
+
+def _field(obj: dict, key: str, kind: type, default: Any = None) -> Any:
+    """`obj[key]` when it has the JSON type `kind`, `default` when it is absent or null, else a 400."""
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise HubError(400, f"{key!r} must be {_json_kind(kind())}, not {_json_kind(value)}")
+    return value
+
+
+def _objects(obj: dict, key: str) -> list[dict]:
+    """`obj[key]` as a list of JSON objects ([] when absent), else a 400."""
+    items = _field(obj, key, list, [])
+    if not all(isinstance(item, dict) for item in items):
+        raise HubError(400, f"each item of {key!r} must be an object")
+    return items
+
+
+def error_response(error: HubError) -> Response:
+    """How the Hub answers an error: the status, X-Error-Code, X-Error-Message and {"error": ...}."""
+    return json_response({"error": error.message, **error.extra}, error.status, {
+        "X-Error-Message": _header_safe(error.message),
+        **({"X-Error-Code": error.code} if error.code else {}),
+        **error.headers,
+    })
+
+
 def json_response(data: Any, status: int = 200, headers: dict | None = None,
                   content_type: str = "application/json; charset=utf-8") -> Response:
     return Response(status, {"Content-Type": content_type, **(headers or {})}, json.dumps(data).encode())
@@ -131,16 +188,28 @@ def _revision_not_found(revision: str) -> HubError:
 
 
 def _valid_ref_name(name: str) -> bool:
-    return not (
+    return _utf8(name) and not (
         not name or name.startswith(("/", "refs/", "-")) or name.endswith(("/", ".", ".lock"))
         or "//" in name or ".." in name or "@{" in name or name == "@"
         or _BAD_REF_CHARS.search(name) or re.fullmatch(r"[0-9a-f]{40}", name)
     )
 
 
+def _utf8(text: str) -> bool:
+    """False for text no UTF-8 bytes can spell (a lone surrogate from a JSON escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _valid_path(path: str) -> bool:
+    """A path git can store and check out: no NUL or control characters (a NUL would end the
+    name inside a tree object), no empty, '.' or '..' part, no '.git' folder at any depth."""
     parts = path.split("/")
-    return bool(path) and all(p not in ("", ".", "..") for p in parts) and parts[0] != ".git"
+    return (bool(path) and _utf8(path) and not _CONTROL_CHARS.search(path)
+            and all(p not in ("", ".", "..") and p.lower() != ".git" for p in parts))
 
 
 def _parent(path: str) -> str:
@@ -163,11 +232,7 @@ class HubApi:
             identity = self._identity(req)
             response = self._route(req, identity)
         except HubError as e:
-            response = json_response({"error": e.message, **e.extra}, e.status, {
-                "X-Error-Message": _header_safe(e.message),
-                **({"X-Error-Code": e.code} if e.code else {}),
-                **e.headers,
-            })
+            response = error_response(e)
         response.headers.setdefault("X-Request-Id", str(uuid.uuid4()))
         return response
 
@@ -253,8 +318,16 @@ class HubApi:
         raise HubError(404, "Not found")
 
     # -- access ---------------------------------------------------------------------------
+    def _repo(self, repo_type: str, repo_id: str) -> Repo:
+        """The repo named `repo_id`, once it is an id the Hub accepts: so that no id ever names
+        a folder outside the store (an absolute path, '..', a '%2F'-encoded slash)."""
+        problem = repo_id_problem(repo_id)
+        if problem:
+            raise HubError(400, f"Invalid repo id {repo_id!r}: {problem}")
+        return self.store.repo(repo_type, repo_id)
+
     def _readable(self, identity: Identity | None, repo_type: str, repo_id: str) -> Repo:
-        repo = self.store.repo(repo_type, repo_id)
+        repo = self._repo(repo_type, repo_id)
         # Any valid token belongs to the one test user, who owns every repo.
         if repo.exists() and (identity is not None or not repo.private):
             return repo
@@ -262,7 +335,7 @@ class HubApi:
 
     def _writable(self, identity: Identity | None, repo_type: str, repo_id: str) -> Repo:
         if identity is None:
-            repo = self.store.repo(repo_type, repo_id)
+            repo = self._repo(repo_type, repo_id)
             if repo.exists() and not repo.private:
                 raise HubError(401, AUTH_REQUIRED)
             raise _repo_not_found(None)
@@ -316,17 +389,22 @@ class HubApi:
     # -- repos ----------------------------------------------------------------------------
     def _repo_body(self, req: Request) -> tuple[str, str, dict]:
         payload = req.json()
-        if not isinstance(payload, dict):
-            raise HubError(400, "Expected a JSON object")
         repo_type = payload.get("type") or "model"
-        if repo_type not in URL_PREFIX:
-            raise HubError(400, f"Invalid repo type: {repo_type}")
-        name = payload.get("name") or ""
-        if not isinstance(name, str) or not _REPO_NAME_RE.fullmatch(name) or "--" in name or ".." in name \
-                or name.endswith((".git", ".")):
-            raise HubError(400, f"Invalid repo name: {name!r}")
-        namespace = payload.get("organization") or self.user
-        return repo_type, f"{namespace}/{name}", payload
+        if not isinstance(repo_type, str) or repo_type not in URL_PREFIX:
+            raise HubError(400, f"Invalid repo type: {repo_type!r}")
+        name = payload.get("name")
+        if problem := name_problem(name):
+            raise HubError(400, f"Invalid repo name: {problem}")
+        # Checked, not trusted: the namespace becomes a folder under the store's root.
+        namespace = payload.get("organization")
+        if namespace is None:
+            namespace = self.user
+        elif problem := name_problem(namespace):
+            raise HubError(400, f"Invalid organization: {problem}")
+        repo_id = f"{namespace}/{name}"
+        if problem := repo_id_problem(repo_id):
+            raise HubError(400, f"Invalid repo id {repo_id!r}: {problem}")
+        return repo_type, repo_id, payload
 
     def _create_repo(self, req: Request, identity: Identity | None) -> Response:
         if identity is None:
@@ -418,7 +496,7 @@ class HubApi:
     def _create_branch(self, req: Request, repo: Repo, branch: str) -> Response:
         if not _valid_ref_name(branch):
             raise HubError(400, f"Invalid branch name: {branch}")
-        start = req.json().get("startingPoint")
+        start = _field(req.json(), "startingPoint", str)
         sha = self._resolve(repo, start or "main").sha
 
         def add(refs: dict) -> None:
@@ -430,8 +508,7 @@ class HubApi:
         return json_response({"name": branch, "ref": f"refs/heads/{branch}", "targetCommit": sha})
 
     def _create_tag(self, req: Request, repo: Repo, revision: str) -> Response:
-        payload = req.json()
-        tag = payload.get("tag") or ""
+        tag = req.json().get("tag") or ""
         if not isinstance(tag, str) or not _valid_ref_name(tag):
             raise HubError(400, f"Invalid tag name: {tag!r}")
         sha = self._resolve(repo, revision).sha
@@ -520,7 +597,9 @@ class HubApi:
         content_type = req.headers.get("content-type") or ""
         if "json" in content_type:
             payload = req.json()
-            paths, expand = payload.get("paths") or [], bool(payload.get("expand"))
+            paths, expand = _field(payload, "paths", list, []), bool(payload.get("expand"))
+            if not all(isinstance(p, str) for p in paths):
+                raise HubError(400, "'paths' must be a list of strings")
         else:
             form = parse_qs(req.body().decode())
             paths, expand = form.get("paths", []), (form.get("expand") or ["false"])[-1].lower() == "true"
@@ -601,12 +680,12 @@ class HubApi:
         snapshot = self._snapshot(head)
         patterns = self._lfs_patterns(snapshot, self.store)
         answers = []
-        for item in req.json().get("files") or []:
-            path, size = item.get("path"), item.get("size")
-            if not isinstance(path, str) or not isinstance(size, int):
+        for item in _objects(req.json(), "files"):
+            path, size = _field(item, "path", str), _field(item, "size", int)
+            if path is None or size is None:
                 raise HubError(400, "Each file needs a path and a size")
             try:
-                sample = base64.b64decode(item.get("sample") or "")
+                sample = base64.b64decode(_field(item, "sample", str, ""))
             except ValueError:
                 raise HubError(400, f"Invalid sample for {path}") from None
             lfs = size > LFS_THRESHOLD or b"\0" in sample or any(self._matches(path, p) for p in patterns)
@@ -618,20 +697,16 @@ class HubApi:
         return json_response({"files": answers, "commitOid": head})
 
     def _commit(self, req: Request, repo: Repo, revision: str) -> Response:
-        lines = [line for line in req.body().splitlines() if line.strip()]
-        try:
-            items = [json.loads(line) for line in lines]
-        except ValueError:
-            raise HubError(400, "The commit payload is not valid NDJSON") from None
+        items = req.json_lines()
         if not items or items[0].get("key") != "header":
             raise HubError(400, "The commit payload must start with a header line")
-        header = items[0].get("value") or {}
-        summary = (header.get("summary") or "").strip()
+        header = _field(items[0], "value", dict, {})
+        summary = _field(header, "summary", str, "").strip()
         if not summary:
             raise HubError(400, "The commit summary must not be empty")
-        description = header.get("description") or ""
+        description = _field(header, "description", str, "")
         message = summary + (f"\n\n{description}" if description.strip() else "")
-        parent_commit = header.get("parentCommit")
+        parent_commit = _field(header, "parentCommit", str)
         create_pr = req.flag("create_pr")
         target = self._write_target(repo, revision)
 
@@ -662,15 +737,15 @@ class HubApi:
         return json_response(answer)
 
     def _apply_operation(self, files: dict[str, File], item: dict) -> None:
-        key, value = item.get("key"), item.get("value") or {}
-        path = value.get("path") or ""
+        key, value = item.get("key"), _field(item, "value", dict, {})
+        path = _field(value, "path", str, "")
         if key in ("file", "lfsFile", "deletedFile") and not _valid_path(path):
             raise HubError(400, f"Invalid path in repo: {path!r}")
         if key == "file":
             if value.get("encoding", "base64") != "base64":
                 raise HubError(400, f"Unsupported encoding for {path}: {value.get('encoding')}")
             try:
-                content = base64.b64decode(value.get("content") or "", validate=True)
+                content = base64.b64decode(_field(value, "content", str, ""), validate=True)
             except ValueError:
                 raise HubError(400, f"Invalid base64 content for {path}") from None
             # The same rule preupload applies to the 512-byte sample it sees.
@@ -679,12 +754,12 @@ class HubApi:
                                     f"than 10 MB ({path}): upload them with LFS")
             self._place(files, path, File(self.store.write_object("blob", content), len(content)))
         elif key == "lfsFile":
-            oid = value.get("oid") or ""
+            oid, size = _field(value, "oid", str, ""), _field(value, "size", int)
             stored = self.store.lfs_size(oid)
             if value.get("algo", "sha256") != "sha256" or stored is None:
                 raise HubError(400, f"LFS object {oid} for {path} was not uploaded")
-            if value.get("size") is not None and value["size"] != stored:
-                raise HubError(400, f"LFS object {oid} for {path} has size {stored}, not {value['size']}")
+            if size is not None and size != stored:
+                raise HubError(400, f"LFS object {oid} for {path} has size {stored}, not {size}")
             pointer = lfs_pointer(oid, stored)
             self._place(files, path, File(self.store.write_object("blob", pointer), stored, oid, len(pointer)))
         elif key == "deletedFile":
@@ -692,6 +767,8 @@ class HubApi:
                 raise HubError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
         elif key == "deletedFolder":
             folder = path.strip("/")
+            if folder and not _valid_path(folder):
+                raise HubError(400, f"Invalid path in repo: {path!r}")
             inside = [p for p in files if not folder or p.startswith(folder + "/")]
             if not inside:
                 raise HubError(404, f"A folder with this name doesn't exist: {path}", "EntryNotFound")
@@ -715,13 +792,13 @@ class HubApi:
 
     def _lfs_batch(self, req: Request, identity: Identity | None, repo_type: str, repo_id: str) -> Response:
         payload = req.json()
-        if payload.get("operation") != "upload":
+        if _field(payload, "operation", str) != "upload":
             self._readable(identity, repo_type, repo_id)
             raise HubError(422, "Only the upload operation is supported")
         repo = self._writable(identity, repo_type, repo_id)
         verify = f"{req.endpoint}/{URL_PREFIX[repo.type]}{repo.id}.git/info/lfs/objects/verify"
         objects = []
-        for obj in payload.get("objects") or []:
+        for obj in _objects(payload, "objects"):
             oid, size = obj.get("oid"), obj.get("size")
             answer: dict[str, Any] = {"oid": oid, "size": size}
             if not isinstance(oid, str) or not SHA256_RE.fullmatch(oid) or not isinstance(size, int) or size < 0:
@@ -751,7 +828,7 @@ class HubApi:
     def _lfs_verify(self, req: Request, identity: Identity | None, repo_type: str, repo_id: str) -> Response:
         self._writable(identity, repo_type, repo_id)
         payload = req.json()
-        oid, size = payload.get("oid") or "", payload.get("size")
+        oid, size = _field(payload, "oid", str, ""), _field(payload, "size", int)
         stored = self.store.lfs_size(oid)
         if stored is None or stored != size:
             raise HubError(404, f"LFS object {oid} of size {size} was not found")

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from kernel_builder.hub_names import repo_id_problem
+
 EMPTY_REFS = {"heads": {}, "tags": {}, "prs": {}}
 LFS_POINTER_HEADER = b"version https://git-lfs.github.com/spec/v1\n"
 _POINTER_RE = re.compile(rb"version https://git-lfs\.github\.com/spec/v1\noid sha256:([0-9a-f]{64})\nsize (\d+)\n")
@@ -227,6 +229,10 @@ class HubStore:
 
     # -- repos ------------------------------------------------------------------------
     def repo(self, repo_type: str, repo_id: str) -> Repo:
+        # The API refuses such ids first (400); this keeps any other caller inside the root too.
+        problem = repo_id_problem(repo_id)
+        if problem:
+            raise ValueError(f"invalid repo id {repo_id!r}: {problem}")
         return Repo(self, repo_type, repo_id, self.root / "repos" / f"{repo_type}s" / repo_id)
 
     def create_repo(self, repo_type: str, repo_id: str, *, private: bool, author: str) -> Repo | None:
@@ -289,6 +295,8 @@ class HubStore:
     def _write_tree_node(self, node: dict) -> str:
         entries = []
         for name, child in node.items():
+            if not name or "\0" in name:  # would end the entry early and corrupt the tree for good
+                raise ValueError(f"invalid name in a git tree: {name!r}")
             if isinstance(child, dict):
                 entries.append((name + "/", b"40000", name, self._write_tree_node(child)))
             else:
@@ -365,6 +373,8 @@ class HubStore:
 
     def put_lfs(self, oid: str, size: int, source: BinaryIO) -> str | None:
         """Store `size` bytes from `source` as object `oid`; returns an error message or None."""
+        if not SHA256_RE.fullmatch(oid):
+            return f"{oid!r} is not a sha256"
         path = self.lfs_path(oid)
         path.parent.mkdir(parents=True, exist_ok=True)
         digest, received = hashlib.sha256(), 0
