@@ -27,7 +27,7 @@ from kernel_builder.compiler_cache import CompilerCache, find_compiler_cache, la
 from kernel_builder.env_choice import EnvChooser
 from kernel_builder.errors import BuildError, KbuildError, VariantError
 from kernel_builder.fusion import load_fusions
-from kernel_builder.inputs import input_hash
+from kernel_builder.inputs import input_files, input_hash
 from kernel_builder.locks import exclusive_lock
 from kernel_builder.manifest import Manifest, load_manifest
 from kernel_builder.plan import BuildJob, kernel_work_root, naming_style, plan_build
@@ -121,7 +121,8 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
                 on_step=lambda step: progress.step(label, step, job.log_file),
             )
             stats = cache.job_stats(job.work_dir) if cache else None
-        staging = stage_variant(job, library, wanted)
+        with _writing(job.out_dir):
+            staging = stage_variant(job, library, wanted)
         progress.step(label, "check")
         report = check_variant(
             staging, smoke_test=settings.smoke_test, variant=job.variant, python=job.env.python,
@@ -132,11 +133,25 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             shutil.rmtree(staging, ignore_errors=True)
             failed = [f"{c.check}: {c.detail}" for c in report.results if c.status == CHECK_FAILED]
             raise BuildError(f"check failed, the previous variant is kept: {'; '.join(failed)}")
-        install(staging, job.dest)
-        drop_other_style(job)
+        with _writing(job.out_dir):
+            install(staging, job.dest)
+            drop_other_style(job)
     except KbuildError as e:
         return result("failed", e.message, log=job.log_file.exists())
     return result("built", log=True)
+
+
+@contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """A full disk or a read-only output folder is for the user to fix: one line naming the
+    path. The previous variant stays: a failed staging is removed, and install only renames."""
+    try:
+        yield
+    except OSError as e:
+        raise BuildError(
+            f"cannot write {e.filename or out}: {e.strerror or e}; the previous variant is kept "
+            "(free space there, or choose a writable --out)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -191,6 +206,7 @@ def build_kernel(
     if matrix is not None and variants:
         raise VariantError("--matrix and --variant both choose the variants; use one of them")
     manifest = load_manifest(kernel_dir)
+    input_files(manifest)  # a source, include or package file outside the repo fails here, before any compile
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
     selected = resolve(manifest, matrix, shard)
     chooser = chooser or EnvChooser.from_options()
@@ -201,7 +217,8 @@ def build_kernel(
     if runner not in RUNNERS:
         raise KbuildError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}", 2)
     with build_lock(manifest, out, on_wait):
-        remove_stale_staging(out)
+        with _writing(out):
+            remove_stale_staging(out)
         if runner == "docker":
             tasks, skips = _docker_tasks(manifest, out, requested, compiler_cache, lambda: settings, on_wait, style)
         else:

@@ -14,6 +14,7 @@ Unknown keys are errors, as in kernel-builder, whose schema this file shares.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -237,25 +238,37 @@ def _show(value: Any) -> str:
 
 # -- sections -----------------------------------------------------------------------
 def load_manifest(kernel_dir: Path | str) -> Manifest:
-    """Read `<kernel_dir>/build.toml` (or a build.toml path) and validate it fully."""
+    """Read `<kernel_dir>/build.toml` (or a build.toml path) and validate it fully.
+
+    The kernel repo is the folder holding the build.toml given, links in that folder's own
+    path resolved; a build.toml that is a link must resolve inside that folder."""
     path = Path(kernel_dir)
     if path.is_dir() or not path.name.endswith(".toml"):
         path = path / "build.toml"
-    file = _display(path)
+    file = display_path(path)
     if not path.is_file():
         raise ManifestError(f"{file}: not found; a kernel repo needs a build.toml at its root (see `kbuild init`)")
+    root = path.absolute().parent.resolve()
+    target = path.resolve()
+    if not target.is_relative_to(root):
+        raise ManifestError(
+            f"{file}: a link to {target}, outside the kernel repo {root}; copy the file into the repo, "
+            f"or build {target.parent} itself"
+        )
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ManifestError(f"{file}: invalid TOML: {e}") from None
     except UnicodeDecodeError:
         raise ManifestError(f"{file}: invalid TOML: the file is not UTF-8 text") from None
-    return _parse(path.resolve(), file, data)
+    return _parse(root / path.name, file, data)
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
+    """`path` as the user named it (links not followed), relative to the working folder when inside it."""
+    absolute = Path(os.path.abspath(path))
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(absolute.relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
 
@@ -481,7 +494,8 @@ def _unit_backend(reader: _Reader, general: General) -> str:
 
 
 def _check_files(file: str, manifest: Manifest) -> None:
-    """Every listed source and include folder must exist, and the Python package too."""
+    """Every listed source and include folder must exist inside the kernel repo (links
+    followed), and the Python package too; kernel_builder.inputs checks what lies in them."""
     root = manifest.root
     checks: list[tuple[str, str, tuple[str, ...], bool]] = []
     if manifest.torch is not None:
@@ -492,14 +506,33 @@ def _check_files(file: str, manifest: Manifest) -> None:
         checks.append((f"kernel.{unit.name}", "include", unit.include, True))
     for section, key, paths, is_dir in checks:
         for rel in paths:
+            _check_inside(file, f"[{section}] {key}", root, rel)
             target = root / rel
             ok = target.is_dir() if is_dir else target.is_file()
             if not ok:
                 what = "folder" if is_dir else "file"
                 raise ManifestError(f"{file}: [{section}] {key}: {what} '{rel}' does not exist")
+    package = manifest.package_dir.relative_to(root).as_posix()
+    _check_inside(file, "[general] name", root, package)
     init = manifest.package_dir / "__init__.py"
     if not init.is_file():
         raise ManifestError(
             f"{file}: [general] name: expected the Python package at "
             f"torch-ext/{manifest.python_name}/__init__.py for kernel '{manifest.name}'"
+        )
+
+
+def _check_inside(file: str, where: str, root: Path, rel: str) -> None:
+    """A path build.toml names is relative and resolves, links followed, inside the repo:
+    a build reads nothing from outside it (nothing is walked or compiled before this)."""
+    if Path(rel).is_absolute():
+        raise ManifestError(f"{file}: {where}: '{rel}' is an absolute path; name a path inside the kernel repo, relative to it")
+    try:
+        target = (root / rel).resolve()
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a link loop
+        raise ManifestError(f"{file}: {where}: '{rel}' is a link loop") from None
+    if not target.is_relative_to(root):
+        how = "is a link to" if target != Path(os.path.normpath(root / rel)) else "resolves to"
+        raise ManifestError(
+            f"{file}: {where}: '{rel}' {how} {target}, outside the kernel repo {root}; a build reads only files inside its repo"
         )

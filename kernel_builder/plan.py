@@ -78,11 +78,12 @@ class Plan:
 
 
 def kernel_identity(manifest: Manifest, out_dir: Path) -> tuple[str, GitState | None]:
-    """(id, git state): git's tree hash of the kernel folder, else a hash of its inputs."""
+    """(id, git state): git's tree hash of the kernel folder, else a hash of its inputs.
+    Collecting the inputs first refuses a link out of the repo, so `kbuild plan` does too."""
+    files = input_files(manifest)
     state = git_state(manifest.root, exclude=(out_dir,))
     if state is not None and state.tree:
         return state.tree[:7] + ("_dirty" if state.dirty else ""), state
-    files = input_files(manifest)
     suffix = "_dirty" if state is not None and state.dirty else ""
     return content_hash(manifest.root, files)[:7] + suffix, state
 

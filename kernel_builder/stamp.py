@@ -4,24 +4,25 @@ every file, provenance), then move it into place in one rename."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
-from kernel_builder import __version__
+from kernel_builder import __version__, inputs
 from kernel_builder.backends import get_backend
 from kernel_builder.fusion import load_fusions, stamp_layouts
 from kernel_builder.plan import BuildJob
 from kernel_builder.provenance import kbuild_git_state
 from kernel_builder.resources import templates_dir
 from kernel_builder.runtime.digest import hash_variant
+from kernel_builder.runtime.loader import REPLACED, STAGING_PREFIX, replaced_variant
 from kernel_builder.runtime.zip_package import ZIP
 from kernel_builder.symbols import describe_package
 from kernel_builder.zip_layout import pack_package
 
-STAGING_PREFIX = ".kbuild-staging-"
-REPLACED = "old-"  # install's name for the variant it is replacing, until the new one is in place
 # kernels 0.19.1 is the first release on the package index that imports a zip variant and
 # reads new-style variant names (0.18.3 has neither; 0.19.0 was never published).
 ZIP_KERNELS_MINVER = NEW_STYLE_KERNELS_MINVER = "0.19.1"
@@ -39,14 +40,11 @@ def _render(template: str, **values) -> str:
 
 
 def package_files(job: BuildJob) -> list[Path]:
-    """The files of torch-ext/<python_name>/ that the `pyext` extensions select."""
+    """The files of torch-ext/<python_name>/ that the `pyext` extensions select, from the
+    walk the input hash covers (kernel_builder.inputs: links only inside the repo)."""
     source = job.manifest.torch or job.manifest.noarch
     suffixes = tuple(f".{ext}" for ext in source.pyext)
-    root = job.manifest.package_dir
-    return sorted(
-        p for p in root.rglob("*")
-        if p.is_file() and p.name.endswith(suffixes) and "__pycache__" not in p.relative_to(root).parts
-    )
+    return [p for p in inputs.package_files(job.manifest) if p.name.endswith(suffixes)]
 
 
 def stage_variant(job: BuildJob, library: Path | None, input_hash: str) -> Path:
@@ -147,14 +145,41 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
 
 
 def install(staging: Path, dest: Path) -> None:
-    """Replace dest by staging: readers see the old folder or the new one, never a mix."""
-    if dest.exists():
+    """Replace dest by staging so that dest holds, at every instant, the old variant or the
+    new one: the two names are exchanged in one atomic step where the filesystem can, then
+    the old variant, now under the staging name, goes (a build killed before that leaves a
+    staging folder, which the next build removes). Where it cannot, two renames leave a
+    moment with the old variant under its replaced name only: the next build puts it back
+    (remove_stale_staging) and kbuild's loader finds it there meanwhile (runtime.loader)."""
+    if not dest.exists():
+        staging.rename(dest)
+    elif _exchange(staging, dest):
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
         old = dest.with_name(f"{STAGING_PREFIX}{REPLACED}{dest.name}-{os.getpid()}")
         dest.rename(old)
         staging.rename(dest)
         shutil.rmtree(old, ignore_errors=True)
-    else:
-        staging.rename(dest)
+
+
+# rename(2) cannot replace a non-empty folder; these calls swap two existing names atomically.
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # Linux renameat2(2), glibc >= 2.28
+_RENAME_SWAP = 2  # macOS renamex_np(2)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths a and b in one atomic step; False (and nothing changed) where this
+    system or filesystem cannot (e.g. NFS; any other failure leaves both names as they were)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if sys.platform == "linux" and hasattr(libc, "renameat2"):
+        call = libc.renameat2
+        call.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+        return call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+    if sys.platform == "darwin" and hasattr(libc, "renamex_np"):
+        call = libc.renamex_np
+        call.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint)
+        return call(os.fsencode(a), os.fsencode(b), _RENAME_SWAP) == 0
+    return False
 
 
 def remove_stale_staging(out_dir: Path) -> None:
@@ -171,12 +196,3 @@ def remove_stale_staging(out_dir: Path) -> None:
             path.rename(out_dir / variant)
         else:
             shutil.rmtree(path, ignore_errors=True)
-
-
-def replaced_variant(name: str) -> str | None:
-    """`.kbuild-staging-old-<variant>-<pid>` -> <variant>; None for other staging names."""
-    rest = name.removeprefix(STAGING_PREFIX)
-    if not rest.startswith(REPLACED):
-        return None
-    variant, _, pid = rest.removeprefix(REPLACED).rpartition("-")
-    return variant if variant and pid.isdigit() else None

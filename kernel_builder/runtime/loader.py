@@ -64,11 +64,35 @@ class DigestMismatchError(KernelLoadError):
 
 
 # -- finding the variant folder ---------------------------------------------------------
-def _variant_dirs(base: Path) -> list[str]:
+# kbuild's install (kernel_builder.stamp) stages a variant under STAGING_PREFIX; on a filesystem
+# without an atomic exchange it moves the variant it replaces to STAGING_PREFIX + REPLACED +
+# "<variant>-<pid>" for a moment, where a killed build leaves it until the next build.
+STAGING_PREFIX = ".kbuild-staging-"
+REPLACED = "old-"
+
+
+def replaced_variant(name: str) -> str | None:
+    """`.kbuild-staging-old-<variant>-<pid>` -> <variant>; None for other names."""
+    rest = name.removeprefix(STAGING_PREFIX)
+    if rest == name or not rest.startswith(REPLACED):
+        return None
+    variant, _, pid = rest.removeprefix(REPLACED).rpartition("-")
+    return variant if variant and pid.isdigit() else None
+
+
+def _variant_dirs(base: Path) -> dict[str, Path]:
+    """Variant name -> its folder in base; a variant whose install was cut off between its
+    two renames is found under its replaced name while its own name is missing."""
     try:
-        return sorted(entry.name for entry in base.iterdir() if entry.is_dir())
+        folders = sorted(entry for entry in base.iterdir() if entry.is_dir())
     except OSError:
-        return []
+        return {}
+    found = {folder.name: folder for folder in folders if not folder.name.startswith(STAGING_PREFIX)}
+    for folder in folders:
+        variant = replaced_variant(folder.name)
+        if variant is not None:
+            found.setdefault(variant, folder)
+    return found
 
 
 def _no_match_message(path: Path, system: System, trace: list[Decision]) -> str:
@@ -110,10 +134,10 @@ def _find(path: Path, system_for: Callable[[], System]) -> Path:
     system = system_for()
     trace: list[Decision] = []
     for base in (path, path / "build"):
-        names = _variant_dirs(base)
-        best, decisions = select_variant(names, system)
+        folders = _variant_dirs(base)
+        best, decisions = select_variant(sorted(folders), system)
         if best is not None:
-            return base / best.name
+            return folders[best.name]
         trace += decisions
     raise KernelLoadError(_no_match_message(path, system, trace))
 
