@@ -4,8 +4,10 @@ commit, tagged `vX.Y.Z`, and the repo card on `main`.
 The order makes a failure at any point safe to re-run: the repo and branch are created
 if missing; the commit holds every file of build/ (the Hub applies a commit whole, so a
 killed upload leaves no half commit), and files already identical on the branch are not
-sent again; the tag is created last, on that commit, and an existing tag is never moved
-without `force`. The card is a separate commit on `main`, after the tag.
+sent again; the tag is created on that commit, and an existing tag is never moved without
+`force`. The card is a separate commit on `main`, after the tag: a run killed between the
+two is finished by the next run, which finds the tag on exactly this build and the card
+missing (or older), and writes only the card.
 
 huggingface_hub is imported only here, when publishing: `HF_TOKEN` (or the login) gives
 the token and `HF_ENDPOINT` the server, as for every huggingface_hub call.
@@ -20,9 +22,10 @@ from pathlib import Path
 
 from kernel_builder.checks import check_build, variant_folders
 from kernel_builder.errors import KbuildError
+from kernel_builder.hub_names import repo_id_problem
 from kernel_builder.manifest import Manifest, load_manifest
 from kernel_builder.plan import kernel_identity
-from kernel_builder.repo_card import render_card
+from kernel_builder.repo_card import card_release, render_card
 from kernel_builder.runtime.loader import read_metadata
 
 TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
@@ -92,8 +95,11 @@ def _repo_id(manifest: Manifest, repo_id: str | None) -> str:
     chosen = repo_id or (manifest.general.hub.repo_id if manifest.general.hub else None)
     if not chosen:
         raise PublishError(f"no repo id for '{manifest.name}': pass --repo-id ORG/NAME or set [general.hub] repo-id in build.toml", 2)
-    if chosen.count("/") != 1 or not all(chosen.split("/")):
-        raise PublishError(f"--repo-id {chosen!r}: expected ORG/NAME", 2)
+    # Checked here, before any call: huggingface_hub would raise HFValidationError mid-publish.
+    problem = repo_id_problem(chosen)
+    if problem:
+        source = "--repo-id" if repo_id else f"{manifest.root / 'build.toml'}: [general.hub] repo-id"
+        raise PublishError(f"{source} {chosen!r}: {problem} (the Hub's rule for ORG/NAME)", 2)
     return chosen
 
 
@@ -163,17 +169,17 @@ def publish(
     api = HfApi()
     _check_token(api)
     repo_type = _create_repo(api, plan.repo_id, private, say)
-    refs = _call(lambda: api.list_repo_refs(plan.repo_id, repo_type=repo_type), "list the refs of", plan.repo_id)
+    refs = _call(lambda: api.list_repo_refs(plan.repo_id, repo_type=repo_type), f"list the refs of {plan.repo_id}", plan.repo_id)
     tags = {t.name: t.target_commit for t in refs.tags}
     if plan.tag in tags and not force:
-        raise PublishError(
-            f"tag {plan.tag} already exists on {plan.repo_id} (commit {tags[plan.tag][:12]}); "
-            "publish a new version, or pass --force to move it"
-        )
+        if create_pr:
+            raise PublishError(f"tag {plan.tag} already exists on {plan.repo_id} (commit {tags[plan.tag][:12]}); "
+                               "publish a new version, or pass --force to move it")
+        return _finish_tagged(api, plan, repo_type, tags[plan.tag], say)
     branches = {b.name: b.target_commit for b in refs.branches}
     if plan.branch not in branches:
         _call(lambda: api.create_branch(plan.repo_id, branch=plan.branch, repo_type=repo_type, exist_ok=True),
-              "create branch", plan.branch)
+              f"create branch {plan.branch}", plan.repo_id)
         say(f"created branch {plan.branch}")
     head = branches.get(plan.branch)
     # The branch becomes exactly build/: files of variants no longer built are deleted.
@@ -190,7 +196,7 @@ def publish(
             repo_type=repo_type, revision=plan.branch, create_pr=create_pr, parent_commit=head,
         )
     except HfHubHTTPError as e:
-        raise PublishError(f"the Hub refused the commit to {plan.repo_id}@{plan.branch}: {_first_line(e)}") from None
+        raise _hub_error(e, f"commit to {plan.repo_id}@{plan.branch}", plan.repo_id) from None
     sha = commit.oid
     uploaded = sha != head
     if create_pr:
@@ -199,14 +205,84 @@ def publish(
     if not uploaded:
         say(f"every file is already on {plan.branch}: nothing uploaded")
     if plan.tag in tags:  # force: move it
-        _call(lambda: api.delete_tag(plan.repo_id, tag=plan.tag, repo_type=repo_type), "delete tag", plan.tag)
+        _call(lambda: api.delete_tag(plan.repo_id, tag=plan.tag, repo_type=repo_type), f"delete tag {plan.tag}", plan.repo_id)
     _call(lambda: api.create_tag(plan.repo_id, tag=plan.tag, revision=sha, repo_type=repo_type,
-                                 tag_message=f"{plan.manifest.name} {plan.tag}"), "create tag", plan.tag)
+                                 tag_message=f"{plan.manifest.name} {plan.tag}"), f"create tag {plan.tag}", plan.repo_id)
     say(f"tagged {sha[:12]} as {plan.tag}")
+    _upload_card(api, plan, repo_type)
+    return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded)
+
+
+def _upload_card(api, plan: PublishPlan, repo_type: str) -> None:
     _call(lambda: api.upload_file(path_or_fileobj=plan.card.encode(), path_in_repo="README.md", repo_id=plan.repo_id,
                                   repo_type=repo_type, revision="main", commit_message=f"Card for {plan.tag}"),
-          "update the card of", plan.repo_id)
-    return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded)
+          f"update the card of {plan.repo_id}", plan.repo_id)
+
+
+def _finish_tagged(api, plan: PublishPlan, repo_type: str, sha: str, say: Callable[[str], None]) -> Published:
+    """The tag exists: finish the steps after it (the card) when it holds exactly this build,
+    as a run killed after tagging leaves it; refuse a tag on other content, or one with
+    nothing left to do."""
+    where = f"tag {plan.tag} already exists on {plan.repo_id} (commit {sha[:12]})"
+    if not _holds_build(api, plan, repo_type, sha):
+        raise PublishError(f"{where} with other content than build/; publish a new version, "
+                           "or pass --force to move it")
+    current = _card_on_main(api, plan, repo_type)
+    release = card_release(current) if current is not None else None
+    ours = parse_tag(plan.tag, plan.manifest.general.version)
+    # A card for this release or a later one stays: a late re-run never rolls the card back.
+    if current == plan.card or (release is not None and release[1] >= ours):
+        shown = release[0] if release else plan.tag
+        raise PublishError(f"{where} with this build, and the card on main is current (latest release {shown}): "
+                           "nothing left to do; publish a new version, or pass --force to move it")
+    say(f"tag {plan.tag} is already on {sha[:12]} with this build: finishing what an earlier run left undone "
+        "(the repo card)")
+    _upload_card(api, plan, repo_type)
+    return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded=False)
+
+
+def _holds_build(api, plan: PublishPlan, repo_type: str, sha: str) -> bool:
+    """Whether commit `sha`'s build/ is exactly the plan's files, byte for byte (compared by
+    the ids the Hub lists: sha256 for LFS files, the git blob id for the others)."""
+    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+
+    try:
+        entries = _call(lambda: [e for e in api.list_repo_tree(plan.repo_id, path_in_repo="build", revision=sha,
+                                                                repo_type=repo_type, recursive=True)
+                                 if isinstance(e, RepoFile)],
+                        f"list the files of {plan.repo_id}@{sha[:12]}", plan.repo_id)
+    except EntryNotFoundError:
+        return False
+    remote = {e.path: e for e in entries}
+    if set(remote) != {u.path_in_repo for u in plan.uploads}:
+        return False
+    for upload in plan.uploads:
+        entry = remote[upload.path_in_repo]
+        if entry.size != upload.size:
+            return False
+        if entry.lfs is not None:
+            with open(upload.local, "rb") as f:
+                if sha_fileobj(f).hex() != entry.lfs.sha256:
+                    return False
+        elif git_hash(upload.local.read_bytes()) != entry.blob_id:
+            return False
+    return True
+
+
+def _card_on_main(api, plan: PublishPlan, repo_type: str) -> str | None:
+    """README.md on main, or None when there is none."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = _call(lambda: hf_hub_download(plan.repo_id, "README.md", repo_type=repo_type, revision="main",
+                                             token=api.token),
+                     f"read the card of {plan.repo_id}", plan.repo_id)
+    except EntryNotFoundError:
+        return None
+    return Path(path).read_text(encoding="utf-8", errors="replace")
 
 
 def _check_token(api) -> None:
@@ -237,27 +313,52 @@ def _create_repo(api, repo_id: str, private: bool, say: Callable[[str], None]) -
     except HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else None
         if status not in (400, 404, 422):
-            raise PublishError(f"cannot create {repo_id}: {_first_line(e)}") from None
-        say(f"warning: the Hub rejected repo type '{REPO_TYPE}' ({_first_line(e)}); publishing {repo_id} as a model repo")
-    _call(lambda: api.create_repo(repo_id, repo_type=FALLBACK_REPO_TYPE, private=private, exist_ok=True), "create", repo_id)
+            raise _hub_error(e, f"create {repo_id}", repo_id) from None
+        say(f"warning: the Hub rejected repo type '{REPO_TYPE}' ({_hub_message(e)}); publishing {repo_id} as a model repo")
+    _call(lambda: api.create_repo(repo_id, repo_type=FALLBACK_REPO_TYPE, private=private, exist_ok=True), f"create {repo_id}", repo_id)
     return FALLBACK_REPO_TYPE
 
 
 def _branch_files(api, repo_id: str, repo_type: str, branch: str) -> set[str]:
     entries = _call(lambda: list(api.list_repo_tree(repo_id, revision=branch, repo_type=repo_type, recursive=True)),
-                    "list the files of", f"{repo_id}@{branch}")
+                    f"list the files of {repo_id}@{branch}", repo_id)
     from huggingface_hub.hf_api import RepoFile
 
     return {e.path for e in entries if isinstance(e, RepoFile)}
 
 
-def _call(action, what: str, subject: str):
-    from huggingface_hub.errors import HfHubHTTPError
+def _call(action, doing: str, repo_id: str):
+    """`action()`, with the Hub's refusal as one line; a missing file (EntryNotFoundError)
+    passes through for callers to which that is an answer."""
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 
     try:
         return action()
+    except EntryNotFoundError:
+        raise
     except HfHubHTTPError as e:
-        raise PublishError(f"cannot {what} {subject}: {_first_line(e)}") from None
+        raise _hub_error(e, doing, repo_id) from None
+
+
+def _hub_error(error, doing: str, repo_id: str) -> PublishError:
+    """A Hub refusal in one line. A 403 is the Hub saying the token lacks write access (a
+    read token, or a fine-grained one without this repo): say that, not a request id."""
+    status = error.response.status_code if error.response is not None else None
+    if status == 403:
+        return PublishError(f"this token cannot write to {repo_id} ({_hub_message(error)}); use a token with "
+                            "write access to it (HF_TOKEN, or `hf auth login`)")
+    return PublishError(f"cannot {doing}: {_hub_message(error)}")
+
+
+def _hub_message(error) -> str:
+    """What the Hub said (its X-Error-Message / error body), else the error's first real line:
+    huggingface_hub puts '(Request ID: ...)' first, which says nothing about the cause."""
+    server = (getattr(error, "server_message", None) or "").strip()
+    if server:
+        return server.splitlines()[0]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("(Request ID:")]
+    return (useful or lines or [type(error).__name__])[0]
 
 
 def _first_line(error: Exception) -> str:

@@ -4,8 +4,13 @@ which variants a version ships (backend, capabilities, torch), and how to load i
 
 from __future__ import annotations
 
+import re
+
 from kernel_builder.manifest import Manifest
 from kernel_builder.variants import Kind, try_parse
+
+# The line of the card that names its release; card_release reads it back.
+_RELEASE_RE = re.compile(r"^Backends: .*\. Latest release: `(v(\d+)\.(\d+)\.(\d+))`", re.MULTILINE)
 
 
 def _capabilities(metadata: dict) -> str:
@@ -68,3 +73,11 @@ from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained("<model>", use_kernels=True)
 ```
 """
+
+
+def card_release(card: str) -> tuple[str, tuple[int, int, int]] | None:
+    """The release a card rendered by render_card names (tag, numbers); None for any other text."""
+    match = _RELEASE_RE.search(card)
+    if match is None:
+        return None
+    return match[1], (int(match[2]), int(match[3]), int(match[4]))
