@@ -146,11 +146,16 @@ def build_project(
     launchers = launchers or {}
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "w") as log:
-        if not (build_dir / "build.ninja").exists() or not cache_holds(build_dir, launchers):
+        entries = {**spec.cache, **launchers}
+        if not (build_dir / "build.ninja").exists() or not cache_holds(build_dir, entries):
+            if not cache_holds(build_dir, compilers(entries)):
+                # CMake never switches a configured tree to another compiler (it keeps the cached
+                # one, even a path that no longer exists), so a changed compiler starts afresh.
+                forget_configuration(build_dir)
             configure = [
                 cmake, "-G", "Ninja", "-S", str(work_dir), "-B", str(build_dir),
                 f"-DCMAKE_MAKE_PROGRAM={ninja}", "-DCMAKE_BUILD_TYPE=Release",
-                *(f"-D{k}={v}" for k, v in sorted({**spec.cache, **launchers}.items())),
+                *(f"-D{k}={v}" for k, v in sorted(entries.items())),
             ]
             on_step("configure")
             _run(configure, log, log_file, "configure")
@@ -166,6 +171,17 @@ def build_project(
     if not library.exists():
         raise BuildError(f"the build finished but {library.name} is missing; see {log_file}")
     return library
+
+
+def compilers(entries: dict[str, str]) -> dict[str, str]:
+    """The compiler entries (CMAKE_<LANG>_COMPILER, CMAKE_CUDA_HOST_COMPILER) among cache entries."""
+    return {k: v for k, v in entries.items() if re.fullmatch(r"CMAKE_[A-Z]+_(HOST_)?COMPILER", k)}
+
+
+def forget_configuration(build_dir: Path) -> None:
+    """Drop CMake's cache and its per-compiler probes; object files stay for Ninja to judge."""
+    (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+    shutil.rmtree(build_dir / "CMakeFiles", ignore_errors=True)
 
 
 def cache_holds(build_dir: Path, entries: dict[str, str]) -> bool:

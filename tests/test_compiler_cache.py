@@ -172,3 +172,29 @@ def test_a_fresh_work_tree_compiles_nothing_with_a_warm_cache(tmp_path, monkeypa
     # The launcher going away is no reason to rebuild: the input hash does not include it.
     same = build("first", "A", "--no-compiler-cache")
     assert same["status"] == "up-to-date" and same["compiler_cache"] is None
+
+
+def test_a_changed_compiler_reconfigures_from_scratch(tmp_path):
+    """CMake keeps a configured tree's compiler even when that path is gone (a moved toolchain,
+    a PATH shadow that was removed): kbuild starts the configuration afresh instead of failing."""
+    from kernel_builder.cmake import SourceGroup, build_project, render_project
+
+    source = tmp_path / "add.cpp"
+    source.write_text("extern \"C\" int add(int a, int b) { return a + b; }\n")
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "g++").symlink_to(shutil.which("g++"))
+
+    def build(compiler_dir):
+        spec = CompileSpec(
+            target="_add", suffix=".so", languages=("CXX",), groups=(SourceGroup(files=(str(source),)),),
+            cache={"CMAKE_CXX_COMPILER": str(compiler_dir / "g++")},
+        )
+        work = render_project(spec, tmp_path / "work")
+        return build_project(spec, work, tmp_path / "build.log")
+
+    assert build(first).exists()
+    shutil.rmtree(first)
+    assert build(second).exists()
+    assert cache_holds(tmp_path / "work" / "build", {"CMAKE_CXX_COMPILER": str(second / "g++")})
