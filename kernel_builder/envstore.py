@@ -230,7 +230,7 @@ def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], N
     steps = [[base, "-m", "venv", str(path)], [str(python), "-m", "pip", "install", requirement, *index_args]]
     try:
         if not _run_logged(steps, log):
-            raise fail(_pip_reason(log.read_text(errors="replace")))
+            raise fail(pip_reason(log.read_text(errors="replace")))
         try:
             env = probe_env(python)
         except EnvironmentProbeError as e:
@@ -349,12 +349,15 @@ def _run_logged(steps: list[list[str]], log: Path) -> bool:
     return True
 
 
-def _pip_reason(output: str) -> str:
+def pip_reason(output: str) -> str:
     """The line of pip's output that says why it failed."""
     lines = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith("$ ")]
     # "ERROR: ResolutionImpossible: for help visit ..." is pip's footer, not the reason.
     errors = [line for line in lines if line.startswith("ERROR:") and "ResolutionImpossible" not in line]
     reason = (errors or lines or ["no output"])[-1]
+    if reason == "ERROR: Exception:" and lines:
+        # pip crashed: the traceback's last line (e.g. "OSError: [Errno 28] No space left") is the reason.
+        reason = f"pip crashed: {lines[-1]}"
     # A pip constraints file (pip config) is a common and invisible cause: name it.
     constraints = [line.split("(constraint)", 1)[1].strip() for line in lines if "requested (constraint)" in line]
     return reason + (f" (pip constraint: {', '.join(constraints)})" if constraints else "")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder.cache import cache_dir, short_key
+from kernel_builder.envstore import pip_reason
 from kernel_builder.errors import KbuildError
 from kernel_builder.locks import exclusive_lock
 
@@ -353,6 +354,5 @@ def _create(env: Path, base: dict, missing: list[str]) -> None:
                "--disable-pip-version-check", "--no-input", *missing]
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PIP_NO_INPUT": "1"})
     if result.returncode != 0:
-        errors = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip().startswith("ERROR")]
-        last = errors[-1] if errors else (result.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise RuntimeEnvError(f"could not install {', '.join(missing)} for the kernel's runtime: {last}")
+        reason = pip_reason(result.stdout + result.stderr)
+        raise RuntimeEnvError(f"could not install {', '.join(missing)} for the kernel's runtime: {reason}")

@@ -386,3 +386,13 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
     # Another index may serve it: the record holds for the index it was made for only.
     envstore._remember_unservable(spec, None, "torch 2.13 (CPU)")
     assert envstore.unservable_reason(spec, index="https://download.pytorch.org/whl/cu130") is None
+
+
+def test_pip_reason_names_the_error_or_the_crash():
+    from kernel_builder.envstore import pip_reason
+
+    missing = "ERROR: Could not find a version that satisfies the requirement foo\nERROR: No matching distribution found for foo\n"
+    assert pip_reason(missing) == "ERROR: No matching distribution found for foo"
+    # pip's own crash prints "ERROR: Exception:" and a traceback: the reason is its last line.
+    crash = "ERROR: Exception:\nTraceback (most recent call last):\n  File \"x.py\"\nOSError: [Errno 28] No space left on device\n"
+    assert pip_reason(crash) == "pip crashed: OSError: [Errno 28] No space left on device"
