@@ -24,6 +24,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"kbuild {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print kbuild's version."),
+) -> None:
+    """Build, check and publish compute kernels for the Hugging Face Kernel Hub."""
+
+
 
 
 def _print_json(data) -> None:
@@ -259,7 +272,7 @@ def check(
 def publish(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml and build/)."),
     tag: str = typer.Option(..., "--tag", "-t", help="The release, vMAJOR.MINOR.PATCH; MAJOR must be build.toml's version."),
-    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="ORG/NAME on the Hub (default: [general.hub] repo-id)."),
+    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="ORG/NAME on the Hub (default: build.toml's \\[general.hub] repo-id)."),
     private: bool = typer.Option(False, "--private", help="Create the repo private (an existing repo keeps its visibility)."),
     create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request to branch vMAJOR instead of committing; no tag."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the branch, tag and files (with sizes); touch nothing."),
@@ -366,7 +379,7 @@ _add_env_commands()
 
 @app.command()
 def version() -> None:
-    """Print kbuild's version."""
+    """Print kbuild's version (also `kbuild --version`)."""
     typer.echo(f"kbuild {__version__}")
 
 

@@ -15,7 +15,7 @@ def lock(
     fmt: str = typer.Option(
         "kbuild",
         "--format",
-        help="kbuild: FORMATS.md's shape, with a hash per build variant that loading verifies. "
+        help="kbuild: kbuild's lock format, with a hash per build variant that loading verifies. "
         "kernels: kernels 0.17's shape (commit only), for `kernels download`.",
     ),
 ) -> None:
