@@ -206,7 +206,6 @@ def build_kernel(
     if matrix is not None and variants:
         raise VariantError("--matrix and --variant both choose the variants; use one of them")
     manifest = load_manifest(kernel_dir)
-    input_files(manifest)  # a source, include or package file outside the repo fails here, before any compile
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
     selected = resolve(manifest, matrix, shard)
     chooser = chooser or EnvChooser.from_options()
@@ -264,6 +263,8 @@ def _docker_tasks(
     from kernel_builder.docker_images import build_images, image_for
     from kernel_builder.runners.docker import build_in_container, default_compiler_cache_dir, docker_client
 
+    # plan_build does this for local jobs: a file outside the repo fails before any image or compile.
+    input_files(manifest)
     variants = [v if isinstance(v, Variant) else Variant.parse(v) for v in requested]
     if not requested:
         here = "-".join(host_platform())

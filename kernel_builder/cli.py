@@ -37,8 +37,6 @@ def _options(
     """Build, check and publish compute kernels for the Hugging Face Kernel Hub."""
 
 
-
-
 def _print_json(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 

@@ -117,6 +117,16 @@ def test_a_header_linked_out_of_an_include_folder_is_refused(tmp_path, outside):
     plan_and_build_refuse(root, "[kernel.tiny_cpu] include", "'inc/evil.h' is a link to", str(outside / "evil.h"))
 
 
+def test_the_docker_runner_refuses_a_link_out_before_any_image_or_container(tmp_path, outside):
+    root = tiny_kernel(tmp_path)
+    (root / "inc").mkdir()
+    (root / "inc" / "evil.h").symlink_to(outside / "evil.h")
+    set_unit(root, include='["inc"]')
+    result = kbuild("build", str(root), "--runner", "docker", "--variant", "torch213-cxx11-cpu-x86_64-linux")
+    refused(result, "[kernel.tiny_cpu] include", "'inc/evil.h' is a link to", str(outside / "evil.h"))
+    assert not (root / "build").exists()
+
+
 def test_an_include_folder_linked_out_of_the_repo_is_refused(tmp_path, outside):
     root = tiny_kernel(tmp_path)
     (root / "inc").symlink_to(outside, target_is_directory=True)
