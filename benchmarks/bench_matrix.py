@@ -31,7 +31,7 @@ VARIANTS = ("torch213-cxx11-cpu-x86_64-linux", "torch214-cxx11-cpu-x86_64-linux"
 
 def kbuild_build(root: Path, selection: str, cache: Path, ccache: Path) -> tuple[float, dict]:
     """One `kbuild build --matrix SELECTION --json`; (wall seconds, its report)."""
-    from kernel_builder.envstore import envs_root
+    from kernel_builder.environments.store import envs_root
 
     env = dict(os.environ, KBUILD_CACHE_DIR=str(cache), CCACHE_DIR=str(ccache), KBUILD_ENVS_DIR=str(envs_root()))
     command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--matrix", selection, "--json"]

@@ -109,7 +109,7 @@ def in_scope(row: dict, kind: str, with_cuda: bool) -> bool:
 def manifest_facts(kernel_dir: Path) -> tuple[str, str]:
     """(kind, backends) read with kbuild's own parser; ('', error) when it refuses the file."""
     from kernel_builder.errors import KbuildError
-    from kernel_builder.manifest import load_manifest
+    from kernel_builder.kernel.manifest import load_manifest
 
     try:
         manifest = load_manifest(kernel_dir)

@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_example
-from kernel_builder.backends import Unavailable, metal, xpu
-from kernel_builder.backends.metal import MetalBackend
-from kernel_builder.backends.xpu import XpuBackend
+from kernel_builder.compile.backends import Unavailable, metal, xpu
+from kernel_builder.compile.backends.metal import MetalBackend
+from kernel_builder.compile.backends.xpu import XpuBackend
 from kernel_builder.variants import xpu_version
-from kernel_builder.cmake import _tool, render_project
-from kernel_builder.envs import probe_env
+from kernel_builder.compile.cmake import _tool, render_project
+from kernel_builder.environments.probe import probe_env
 from kernel_builder.errors import KbuildError
-from kernel_builder.manifest import load_manifest
-from kernel_builder.plan import BuildJob
+from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.compile.job import BuildJob
 from kernel_builder.variants import arch_variant
 
 SYCL_FLAGS = ["-fsycl-targets=spir64_gen", "-Xs", "-device pvc"]

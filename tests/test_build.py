@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import REPO, kbuild
-from kernel_builder.build import build_kernel
-from kernel_builder.env_choice import EnvChooser
+from kernel_builder.build.pipeline import build_kernel
+from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import VariantError
 
 VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"

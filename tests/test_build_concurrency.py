@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, kbuild
 from kernel_builder.runtime.digest import verify_digest
-from kernel_builder.stamp import STAGING_PREFIX, remove_stale_staging
+from kernel_builder.assemble.stamp import STAGING_PREFIX, remove_stale_staging
 from test_build import FIXTURE, VARIANT
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="watches the compiler through /proc")

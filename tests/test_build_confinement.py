@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, kbuild
-from kernel_builder.fusion import load_fusions
+from kernel_builder.kernel.fusion import load_fusions
 from kernel_builder.errors import ManifestError
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.loader import read_metadata
@@ -315,7 +315,7 @@ def test_a_kernel_layer_named_by_a_keyword_is_refused(tmp_path):
 INSTALL_LOOP = """
 import os, shutil, sys
 from pathlib import Path
-from kernel_builder.stamp import STAGING_PREFIX, install
+from kernel_builder.assemble.stamp import STAGING_PREFIX, install
 
 sources, out, variant = [Path(sys.argv[1]), Path(sys.argv[2])], Path(sys.argv[3]), sys.argv[4]
 for i in range(1_000_000):

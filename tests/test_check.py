@@ -1,4 +1,4 @@
-"""`kbuild check` and kernel_builder.checks, on variant folders made here with gcc (a library
+"""`kbuild check` and kernel_builder.checks.variant_checks, on variant folders made here with gcc (a library
 that needs GLIBC_2.34, one that needs only old versions, one that links an unexpected
 library) and on real builds for the import smoke test."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, kbuild
-from kernel_builder.checks import FAILED, OK, SKIPPED, check_abi, check_metadata, check_needed, read_elf_dependencies
+from kernel_builder.checks.variant_checks import FAILED, OK, SKIPPED, check_abi, check_metadata, check_needed, read_elf_dependencies
 from kernel_builder.runtime.digest import hash_variant
 from kernel_builder.variants import Variant
 from test_cuda import needs_nvcc

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from kernel_builder import __version__
-from kernel_builder.cli import app
+from kernel_builder.cli.main import app
 
 runner = CliRunner()
 

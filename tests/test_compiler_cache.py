@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from conftest import REPO, kbuild
-from kernel_builder.cmake import CompileSpec, cache_holds
-from kernel_builder.compiler_cache import CacheStats, CompilerCache, find_compiler_cache, launcher_settings, stats_log
+from kernel_builder.compile.cmake import CompileSpec, cache_holds
+from kernel_builder.compile.compiler_cache import CacheStats, CompilerCache, find_compiler_cache, launcher_settings, stats_log
 from kernel_builder.errors import KbuildError
 
 VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
@@ -177,7 +177,7 @@ def test_a_fresh_work_tree_compiles_nothing_with_a_warm_cache(tmp_path, monkeypa
 def test_a_changed_compiler_reconfigures_from_scratch(tmp_path):
     """CMake keeps a configured tree's compiler even when that path is gone (a moved toolchain,
     a PATH shadow that was removed): kbuild starts the configuration afresh instead of failing."""
-    from kernel_builder.cmake import SourceGroup, build_project, render_project
+    from kernel_builder.compile.cmake import SourceGroup, build_project, render_project
 
     source = tmp_path / "add.cpp"
     source.write_text("extern \"C\" int add(int a, int b) { return a + b; }\n")

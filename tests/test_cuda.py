@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_example, kbuild
-from kernel_builder.backends.cuda import (
+from kernel_builder.compile.backends.cuda import (
     default_capabilities,
     effective_capabilities,
     gencode_flags,
@@ -25,9 +25,9 @@ from kernel_builder.backends.cuda import (
     nvcc_version,
     units_for_version,
 )
-from kernel_builder.cache import cache_dir, short_key
+from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.errors import BuildError
-from kernel_builder.manifest import KernelUnit, load_manifest
+from kernel_builder.kernel.manifest import KernelUnit, load_manifest
 
 NVCC = nvcc_path()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed (the CUDA toolkit is needed to compile CUDA)")
@@ -97,7 +97,7 @@ def test_general_cuda_bounds_skip_the_backend_with_the_reason(tmp_path):
 
 def cuobjdump() -> str | None:
     """The system CUDA lacks cuobjdump; the triton wheel beside a CUDA torch ships one."""
-    from kernel_builder.envstore import EnvSpec, find_env
+    from kernel_builder.environments.store import EnvSpec, find_env
 
     env = find_env(EnvSpec((2, 14), "cu130"))
     if env is not None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
-from kernel_builder import docker_images
-from kernel_builder.docker_images import FAMILIES, HOME, VENV, image_for, image_tag
+from kernel_builder.runners import docker_images
+from kernel_builder.runners.docker_images import FAMILIES, HOME, VENV, image_for, image_tag
 from kernel_builder.errors import KbuildError
 from kernel_builder.runners import docker as runner
 from kernel_builder.runners.docker import (
@@ -280,7 +280,7 @@ def test_the_container_command_is_the_build_command_of_today():
     """Every option the runner passes is one `kbuild build` has."""
     import typer.main
 
-    from kernel_builder import cli
+    from kernel_builder.cli import main as cli
 
     build = typer.main.get_command(cli.app).commands["build"]
     options = {opt for param in build.params for opt in (*param.opts, *param.secondary_opts)}
@@ -403,7 +403,7 @@ def test_no_engine_is_one_clear_error(tmp_path, monkeypatch):
 # The real entry point (cli.main, which turns a KbuildError into one line), with the docker
 # commands registered as cli.py registers them.
 ENTRY = (
-    "from kernel_builder import cli; from kernel_builder.cli_docker import add_docker_commands; "
+    "from kernel_builder.cli import main as cli; from kernel_builder.cli.docker import add_docker_commands; "
     "add_docker_commands(cli.app); cli.main()"
 )
 
@@ -488,10 +488,10 @@ class HostEngine:
 
 
 def test_build_runner_docker_runs_each_job_in_its_container_and_reports_its_row(tmp_path, monkeypatch):
-    from kernel_builder.build import build_kernel
+    from kernel_builder.build.pipeline import build_kernel
 
     engine = HostEngine(tmp_path / "home")
-    monkeypatch.setattr(runner, "docker_client", lambda: engine)
+    monkeypatch.setattr("kernel_builder.runners.docker_engine.docker_client", lambda: engine)
     monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
     kernel = _kernel(tmp_path)
     name = "torch{}{}-cxx11-cpu-x86_64-linux".format(*__import__("torch").__version__.split(".")[:2])

@@ -21,11 +21,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kernel_builder import doctor
-from kernel_builder.backends.common import host_platform
-from kernel_builder.backends.cpu import cxx_compiler
-from kernel_builder.backends.cuda import nvcc_path
-from kernel_builder.cli_doctor import add_doctor_command
+from kernel_builder.doctor import checkup as doctor
+from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.compile.backends.cpu import cxx_compiler
+from kernel_builder.compile.backends.cuda import nvcc_path
+from kernel_builder.cli.doctor import add_doctor_command
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "fixtures" / "tiny"
@@ -138,10 +138,10 @@ def test_every_backend_is_judged(report):
 def test_limited_toolchain_gives_the_variants_reason(monkeypatch):
     """A toolchain that no variant of the matrix fits (HIP 5.2 against ROCm 7 torch) is
     found, yet LIMITED, with the variant's reason and the versions to install."""
-    from kernel_builder.env_choice import EnvChooser
+    from kernel_builder.environments.choice import EnvChooser
 
     monkeypatch.setattr(doctor, "toolchain", lambda b: doctor.BackendFinding(b, doctor.OK, "fake", "/x/fake", "0.1"))
-    monkeypatch.setattr("kernel_builder.host.judge", lambda m, v, c: {"variant": v.name, "buildable": False, "reason": f"needs {v.compute}"})
+    monkeypatch.setattr("kernel_builder.build.host.judge", lambda m, v, c: {"variant": v.name, "buildable": False, "reason": f"needs {v.compute}"})
     found = doctor.judge_backend("cuda", EnvChooser(None))
     assert found.status == doctor.LIMITED and found.path == "/x/fake"
     assert found.reason.startswith("needs cu")
@@ -161,7 +161,7 @@ def test_docker_unreachable_with_reason(report):
 def test_docker_probe_is_bounded(monkeypatch):
     """An engine that never answers costs the doctor `timeout` seconds, not the SDK's 60."""
     release = threading.Event()
-    monkeypatch.setattr("kernel_builder.runners.docker.docker_client", lambda: release.wait(30))
+    monkeypatch.setattr("kernel_builder.runners.docker_engine.docker_client", lambda: release.wait(30))
     start = time.monotonic()
     try:
         found = doctor.docker_engine(timeout=0.2)
@@ -181,7 +181,7 @@ def test_build_tools(report):
 
 
 def test_environments_name_interpreter_and_managed(monkeypatch, tmp_path):
-    from kernel_builder.env_choice import EnvChooser
+    from kernel_builder.environments.choice import EnvChooser
 
     try:
         torch_version = importlib.metadata.version("torch")
@@ -216,7 +216,7 @@ def test_resources_present_and_positive(report):
 
 def test_short_disk_and_memory_are_said(monkeypatch):
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**12, used=10**12 - 10**9, free=10**9))
-    monkeypatch.setattr("kernel_builder.parallelism.available_memory", lambda: 1 << 30)
+    monkeypatch.setattr("kernel_builder.compile.parallelism.available_memory", lambda: 1 << 30)
     r = doctor.resources()
     assert r.disk_free == 10**9
     assert any(s.startswith("disk: 1.0 GB free") and "10.0 GB" in s for s in r.shortfalls)
@@ -283,8 +283,8 @@ def test_bad_kernel_dir_is_one_line_error(tmp_path):
     """Through kbuild's own entry point, as the lead wires it: exit 2, one line, no traceback."""
     script = tmp_path / "kbuild_doctor.py"
     script.write_text(
-        "from kernel_builder.cli import app, main\n"
-        "from kernel_builder.cli_doctor import add_doctor_command\n"
+        "from kernel_builder.cli.main import app, main\n"
+        "from kernel_builder.cli.doctor import add_doctor_command\n"
         "add_doctor_command(app)\n"
         "main()\n"
     )

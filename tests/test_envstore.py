@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernel_builder.cli_env import env_app
-from kernel_builder.envs import BuildEnv, probe_env
-from kernel_builder.envstore import (
+from kernel_builder.cli.env import env_app
+from kernel_builder.environments.probe import BuildEnv, probe_env
+from kernel_builder.environments.store import (
     MARKER,
     EnvSpec,
     compute_tag,
@@ -263,7 +263,7 @@ def test_ctrl_c_removes_the_half_made_env(store):
         # Ctrl-C as in a terminal, even when the test run itself ignores SIGINT (a shell's
         # background job does, and its children inherit that).
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from kernel_builder.envstore import EnvSpec, ensure_env\n"
+        "from kernel_builder.environments.store import EnvSpec, ensure_env\n"
         "try:\n    ensure_env(EnvSpec((2, 13), 'cpu'))\n"
         "except KeyboardInterrupt:\n    raise SystemExit(130)\n"
     )
@@ -352,7 +352,7 @@ def test_kbuild_env_create_bad_name_via_the_real_cli():
 
 
 def test_wheel_compute_reads_the_flavour_of_a_torch_wheel():
-    from kernel_builder.envstore import wheel_compute
+    from kernel_builder.environments.store import wheel_compute
 
     assert wheel_compute({"version": "2.13.0+cpu"}, (2, 13)) == "cpu"
     assert wheel_compute({"version": "2.12.1+cu126"}, (2, 12)) == "cu126"
@@ -366,7 +366,7 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
     """pip is asked (a dry run) what its configured index would install; on this machine's
     index torch 2.13 is CPU only (MACHINE.md), so torch213-cu130 is skipped with the reason
     and the answer is remembered; asking for it by name forgets it."""
-    from kernel_builder import envstore
+    from kernel_builder.environments import store as envstore
 
     monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
     envstore._offered_compute.cache_clear()
@@ -389,7 +389,7 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
 
 
 def test_pip_reason_names_the_error_or_the_crash():
-    from kernel_builder.envstore import pip_reason
+    from kernel_builder.environments.store import pip_reason
 
     missing = "ERROR: Could not find a version that satisfies the requirement foo\nERROR: No matching distribution found for foo\n"
     assert pip_reason(missing) == "ERROR: No matching distribution found for foo"

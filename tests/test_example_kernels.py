@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from conftest import REPO, run_example_tests
-from kernel_builder.backends.cuda import nvcc_path
-from kernel_builder.backends.rocm import hipcc_path
+from kernel_builder.compile.backends.cuda import nvcc_path
+from kernel_builder.compile.backends.rocm import hipcc_path
 from test_backends_metal_xpu import ninja_commands, only
 from test_cuda import CUDA_VARIANT, embedded, needs_nvcc
 
@@ -106,7 +106,7 @@ def test_cuda_variant_embeds_sm80_and_sm90(example):
 def test_cuda_variant_registers_cuda_kernels_in_its_environment(example):
     """No GPU here: the variant imports in the cu130 environment, and its op has a CUDA
     kernel and no CPU one (calling it with CPU tensors is refused by the dispatcher)."""
-    from kernel_builder.envstore import EnvSpec, find_env
+    from kernel_builder.environments.store import EnvSpec, find_env
 
     spec, built = example
     env = find_env(EnvSpec((2, 14), "cu130"))
@@ -150,11 +150,11 @@ def test_metal_and_xpu_are_skipped_naming_their_toolchains(example):
 def test_metal_and_xpu_builds_are_generated(example, tmp_path):
     """What a Mac or a oneAPI machine would compile, configured here with the host
     compiler standing in (as tests/test_backends_metal_xpu.py does for relu)."""
-    from kernel_builder.backends.metal import MetalBackend
-    from kernel_builder.backends.xpu import XpuBackend
-    from kernel_builder.envs import probe_env
-    from kernel_builder.manifest import load_manifest
-    from kernel_builder.plan import BuildJob
+    from kernel_builder.compile.backends.metal import MetalBackend
+    from kernel_builder.compile.backends.xpu import XpuBackend
+    from kernel_builder.environments.probe import probe_env
+    from kernel_builder.kernel.manifest import load_manifest
+    from kernel_builder.compile.job import BuildJob
     from kernel_builder.variants import arch_variant
 
     spec, built = example

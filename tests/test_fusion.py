@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, kbuild
 from tiny_llama import FUSE_RMSNORM_MLP, run
 from kernel_builder.errors import ManifestError
-from kernel_builder.fusion import Fusion, FusedChild, layout_source, load_fusions
+from kernel_builder.kernel.fusion import Fusion, FusedChild, layout_source, load_fusions
 
 FIXTURE = REPO / "tests" / "fixtures" / "fused"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kbuild
-from kernel_builder.kernel_tests import packages_tests_import
+from kernel_builder.checks.kernel_tests import packages_tests_import
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tested"
 BROKEN = '''

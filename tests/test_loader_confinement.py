@@ -252,7 +252,7 @@ def test_get_kernel_from_the_cache_ignores_a_planted_pyc(built, tmp_path):
 
 
 def test_get_kernel_with_a_lock_does_not_hang_on_a_fifo_blob(built, tmp_path):
-    from kernel_builder.lockfile import local_variant_hash
+    from kernel_builder.runtime.lockfile import local_variant_hash
 
     folder = hub_cache(built, tmp_path)
     lock = tmp_path / "kernels.lock"
@@ -350,7 +350,7 @@ def test_brackets_inside_strings_do_not_count(variant):
 
 
 def test_deep_or_non_utf8_lock_file_is_one_line(tmp_path):
-    from kernel_builder.lockfile import LockfileError, read_lockfile
+    from kernel_builder.runtime.lockfile import LockfileError, read_lockfile
 
     lock = tmp_path / "kernels.lock"
     for content in (DEEP.encode(), b"[\xfe]"):

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from test_runtime_hub import RELEASES, RELU, REPO, client_env, publish, run_client
 
-from kernel_builder.lockfile import (
+from kernel_builder.runtime.lockfile import (
     LockEntry,
     LockfileError,
     LockMismatchError,
@@ -22,11 +22,10 @@ from kernel_builder.lockfile import (
     combine_variant_hash,
     local_variant_hash,
     lock_entry_for,
-    read_dependencies,
     read_lockfile,
-    render_lockfile,
     verify_locked_variant,
 )
+from kernel_builder.runtime.lock_writer import read_dependencies, render_lockfile
 from kernel_builder.testing import HubServer
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -192,7 +191,7 @@ def test_read_dependencies(tmp_path):
 # `kbuild lock` through kbuild's own entry point (which turns KbuildError into one line),
 # registered here in case cli.py does not register it yet.
 KBUILD = (
-    "import sys, kernel_builder.cli as cli; from kernel_builder.cli_lock import add_lock_command; "
+    "import sys, kernel_builder.cli.main as cli; from kernel_builder.cli.lock import add_lock_command; "
     "add_lock_command(cli.app); sys.argv[0] = 'kbuild'; cli.main()"
 )
 

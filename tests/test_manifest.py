@@ -10,7 +10,7 @@ import pytest
 
 from conftest import kbuild
 from kernel_builder.errors import ManifestError
-from kernel_builder.manifest import load_manifest
+from kernel_builder.kernel.manifest import load_manifest
 
 FULL = """
 [general]

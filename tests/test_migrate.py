@@ -14,8 +14,8 @@ import torch
 
 from conftest import copy_example, kbuild
 from kernel_builder.errors import KbuildError
-from kernel_builder.manifest import load_manifest
-from kernel_builder.migrate import migrate
+from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.kernel.migrate import migrate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

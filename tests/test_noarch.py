@@ -1,6 +1,6 @@
 """[torch-noarch] kernels: every backend's variant builds with no nvcc or hipcc on PATH, its
 metadata names the backend without archs, and the import check runs in the kernel's runtime
-environment (kernel_builder.runtime_env): ok when its needs install, skipped when they cannot,
+environment (kernel_builder.environments.runtime_overlay): ok when its needs install, skipped when they cannot,
 failed with the real exception and the kernel's file:line when the kernel itself is broken."""
 
 from __future__ import annotations

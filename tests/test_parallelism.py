@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_builder.errors import KbuildError
-from kernel_builder.parallelism import MEMORY_PER_COMPILE, compile_parallelism
+from kernel_builder.compile.parallelism import MEMORY_PER_COMPILE, compile_parallelism
 
 GB = 1 << 30
 

@@ -1,4 +1,4 @@
-"""The ROCm backend (kernel_builder.backends.rocm).
+"""The ROCm backend (kernel_builder.compile.backends.rocm).
 
 There is no ROCm torch here, so ROCm units get a device compile check: hipcc compiles
 the device code of the sources that include no torch header, and these tests read the
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_example
-from kernel_builder.backends import Unavailable, rocm
-from kernel_builder.cmake import render_project
-from kernel_builder.envs import probe_env
+from kernel_builder.compile.backends import Unavailable, rocm
+from kernel_builder.compile.cmake import render_project
+from kernel_builder.environments.probe import probe_env
 from kernel_builder.errors import BuildError
-from kernel_builder.manifest import load_manifest
-from kernel_builder.plan import BuildJob
+from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.compile.job import BuildJob
 from kernel_builder.variants import arch_variant
 
 HIPCC = rocm.hipcc_path()

@@ -1,4 +1,4 @@
-"""kernel_builder.runtime_env: what a kernel needs at import time, read from build.toml or a
+"""kernel_builder.environments.runtime_overlay: what a kernel needs at import time, read from build.toml or a
 built variant by one scanner, and the cached overlay interpreter that has it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel_builder.manifest import load_manifest
-from kernel_builder.runtime_env import (
+from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.environments.runtime_overlay import (
     RuntimeEnvError, triton_for_torch, kernel_runtime_needs, runtime_python, variant_runtime_needs,
 )
 
@@ -67,7 +67,7 @@ def test_env_list_and_prune_know_the_overlays(tmp_path, monkeypatch):
 
     from typer.testing import CliRunner
 
-    from kernel_builder.cli_env import env_app
+    from kernel_builder.cli.env import env_app
 
     monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))

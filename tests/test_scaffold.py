@@ -1,4 +1,4 @@
-"""`kbuild init`'s renderer (kernel_builder.scaffold) and the templates under templates/init.
+"""`kbuild init`'s renderer (kernel_builder.scaffold.new_kernel) and the templates under templates/init.
 
 The last test compiles the generated CPU sources for real with torch's C++ extension
 loader (30-60 s); the rest only render files."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from kernel_builder.errors import KbuildError
-from kernel_builder.manifest import load_manifest
-from kernel_builder.scaffold import BACKENDS, scaffold, templates_dir
+from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.scaffold.new_kernel import BACKENDS, scaffold, templates_dir
 
 COMMON = {
     "build.toml",
@@ -244,7 +244,7 @@ def test_existing_file_is_refused(tmp_path):
 def test_failure_half_way_leaves_nothing_behind(tmp_path, monkeypatch):
     import shutil
 
-    import kernel_builder.scaffold as module
+    import kernel_builder.scaffold.new_kernel as module
 
     calls = []
 
@@ -262,7 +262,7 @@ def test_failure_half_way_leaves_nothing_behind(tmp_path, monkeypatch):
 
 
 def test_failure_keeps_an_existing_empty_folder_and_parent(tmp_path, monkeypatch):
-    import kernel_builder.scaffold as module
+    import kernel_builder.scaffold.new_kernel as module
 
     (tmp_path / "my-op").mkdir()
 

@@ -10,9 +10,9 @@ import tomllib
 import pytest
 
 from conftest import kbuild
-from kernel_builder.backends.cuda import nvcc_path
+from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
-from kernel_builder.scaffold import scaffold
+from kernel_builder.scaffold.new_kernel import scaffold
 
 
 def test_init_all_backends_writes_every_source(tmp_path):

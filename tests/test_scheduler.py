@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 
 from kernel_builder.errors import KbuildError
-from kernel_builder.progress import LineProgress, last_line
-from kernel_builder.report import BuildReport, JobResult, human_size
-from kernel_builder.compiler_cache import CacheStats
-from kernel_builder.scheduler import Scheduler, plan_slots
+from kernel_builder.runners.progress import LineProgress, last_line
+from kernel_builder.build.report import BuildReport, JobResult, human_size
+from kernel_builder.compile.compiler_cache import CacheStats
+from kernel_builder.build.scheduler import Scheduler, plan_slots
 
 GB = 1 << 30
 

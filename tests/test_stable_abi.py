@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from kernel_builder.backends.common import host_platform, target_version_define
-from kernel_builder.backends.cuda import nvcc_path, nvcc_version
-from kernel_builder.checks import FAILED, OK, SKIPPED
-from kernel_builder.env_choice import EnvChooser
-from kernel_builder.envstore import find_env, managed_specs
-from kernel_builder.stable_symbols import is_non_stable, is_shim, torch_imports
+from kernel_builder.compile.backends.common import host_platform, target_version_define
+from kernel_builder.compile.backends.cuda import nvcc_path, nvcc_version
+from kernel_builder.checks.variant_checks import FAILED, OK, SKIPPED
+from kernel_builder.environments.choice import EnvChooser
+from kernel_builder.environments.store import find_env, managed_specs
+from kernel_builder.checks.stable_symbols import is_non_stable, is_shim, torch_imports
 from kernel_builder.variants import Variant, default_matrix, parse_version
 from tests.conftest import REPO, kbuild
 

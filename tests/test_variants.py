@@ -130,7 +130,7 @@ def test_our_names_parse_in_the_kernels_runtime():
 def test_the_name_says_the_python_our_libraries_need():
     """New-style names say cpython-3.9-abi3 because every backend compiles with
     Py_LIMITED_API 3.9 (the abi3 stable ABI), the Python a legacy name implies."""
-    from kernel_builder.backends.common import PY_LIMITED_API
+    from kernel_builder.compile.backends.common import PY_LIMITED_API
     from kernel_builder.variants import LEGACY_PYTHON
 
     major, minor = LEGACY_PYTHON
@@ -159,7 +159,7 @@ def test_default_matrix_covers_the_compliant_set():
 def test_variants_command_marks_what_this_machine_builds_and_where():
     import torch
 
-    from kernel_builder.backends.cuda import nvcc_path
+    from kernel_builder.compile.backends.cuda import nvcc_path
 
     result = kbuild("variants", "--json", check=True)
     rows = {r["variant"]: r for r in json.loads(result.stdout)}

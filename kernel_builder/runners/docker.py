@@ -1,5 +1,5 @@
 """The docker runner: one build job in one container, from the variant's build image
-(kernel_builder.docker_images).
+(kernel_builder.runners.docker_images).
 
 Inside, the same build entry runs as locally, `python -m kernel_builder.cli build KERNEL
 --variant V --out OUT --json`, with the image's venv as its `--env`:
@@ -31,35 +31,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import kernel_builder
-from kernel_builder.cache import cache_dir
-from kernel_builder.docker_images import HOME, VENV, ImageSpec, image_for
+from kernel_builder.paths import cache_dir
+from kernel_builder.runners.docker_images import HOME, VENV, ImageSpec, image_for
 from kernel_builder.errors import KbuildError
-from kernel_builder.parallelism import Parallelism
-from kernel_builder.report import JobResult
+from kernel_builder.runners.docker_engine import docker_client
+from kernel_builder.compile.parallelism import Parallelism
+from kernel_builder.runners.result import JobResult
 from kernel_builder.variants import Variant
 
 KBUILD_PACKAGE_DIR = Path(kernel_builder.__file__).resolve().parent
 # Top-level folders of the images' own filesystem: a host folder there would hide them.
 _IMAGE_FOLDERS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/run", "/sbin", "/sys", "/usr", "/var")
 _REMAPPED = "/host"
-
-
-def docker_client():
-    """A docker SDK client connected to a live engine ($DOCKER_HOST or the default
-    socket), or a one-line KbuildError saying there is none."""
-    try:
-        import docker
-    except ImportError:
-        docker = None
-    if not hasattr(docker, "from_env"):  # not installed, or a folder named docker shadows it
-        raise KbuildError("the docker runner needs the Docker SDK for Python: pip install 'kbuild[docker]'", 2)
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception:  # noqa: BLE001 -- a bad DOCKER_HOST, no socket, a refused connection, a timeout: all mean no engine
-        raise KbuildError(f"no Docker engine reachable (DOCKER_HOST={host}): start Docker or use --runner local") from None
-    return client
 
 
 @dataclass(frozen=True, order=True)

@@ -518,7 +518,7 @@ def get_kernel(
     - `"org/name@v2.1.0"` or `revision=...`: a tag, branch or commit;
     - `"org/name@>=2.0,<3.0"`: the highest `vX.Y.Z` tag the PEP 440 range admits;
     - `lockfile=path/to/kernels.lock`: the commit the lock pins, and the downloaded variant
-      must match the lock's hash for it (kernel_builder.lockfile).
+      must match the lock's hash for it (kernel_builder.runtime.lockfile).
 
     `backend` overrides the detected backend ("cpu" or torch's own). `trust_remote_code`:
     True for any repo, or a list of repo ids / namespaces; otherwise only the allowlist
@@ -531,7 +531,7 @@ def get_kernel(
     """
     lock_entry = None
     if lockfile is not None:
-        from kernel_builder.lockfile import lock_entry_for
+        from kernel_builder.runtime.lockfile import lock_entry_for
 
         if version is not None or revision is not None or "@" in str(repo_id):
             raise KernelVersionError(
@@ -546,7 +546,7 @@ def get_kernel(
     )
     try:
         if lock_entry is not None:
-            from kernel_builder.lockfile import verify_locked_variant
+            from kernel_builder.runtime.lockfile import verify_locked_variant
 
             untrusted = untrusted_entries(fetched.path)  # the lock's hash would open them
             if untrusted:

@@ -64,7 +64,7 @@ class DigestMismatchError(KernelLoadError):
 
 
 # -- finding the variant folder ---------------------------------------------------------
-# kbuild's install (kernel_builder.stamp) stages a variant under STAGING_PREFIX; on a filesystem
+# kbuild's install (kernel_builder.assemble.stamp) stages a variant under STAGING_PREFIX; on a filesystem
 # without an atomic exchange it moves the variant it replaces to STAGING_PREFIX + REPLACED +
 # "<variant>-<pid>" for a moment, where a killed build leaves it until the next build.
 STAGING_PREFIX = ".kbuild-staging-"

@@ -1,0 +1,66 @@
+"""What a build reports: the BuildReport around its jobs' results (kernel_builder.runners.result)
+that the summary table and `kbuild build --json` (for CI) are made from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_builder.runners.result import BUILT, CANCELLED, CHECKED, FAILED, SKIPPED, UP_TO_DATE, JobResult
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return ""
+    for unit in ("B", "KB", "MB"):
+        if size < 1024 or unit == "MB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return ""
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    kernel: str
+    out_dir: Path
+    results: tuple[JobResult, ...]
+    seconds: float  # wall time of the whole build
+    concurrent: int  # jobs run at once
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    def cache_totals(self) -> tuple[str, int, int] | None:
+        """(tool, hits, compiles) over every job that compiled through the cache."""
+        stats = [r.compiler_cache for r in self.results if r.compiler_cache]
+        if not stats:
+            return None
+        return stats[0].tool, sum(s.hits for s in stats), sum(s.hits + s.misses for s in stats)
+
+    def summary_line(self) -> str:
+        counts = ", ".join(f"{self.count(s)} {s}" for s in (BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED) if self.count(s))
+        line = f"{self.kernel}: {counts or 'no jobs'} in {self.seconds:.1f} s ({self.concurrent} at once)"
+        totals = self.cache_totals()
+        if totals:
+            tool, hits, compiles = totals
+            line += f"; {tool} {hits}/{compiles} compiles from cache ({100 * hits / compiles:.0f}%)"
+        return line
+
+    def to_json(self) -> dict:
+        totals = self.cache_totals()
+        return {
+            "kernel": self.kernel,
+            "out": str(self.out_dir),
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "concurrent": self.concurrent,
+            "counts": {s: self.count(s) for s in (BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED)},
+            "compiler_cache": None if totals is None else {
+                "tool": totals[0], "hits": totals[1], "compiles": totals[2], "hit_rate": round(totals[1] / totals[2], 3),
+            },
+            "jobs": [r.to_json() for r in self.results],
+        }

@@ -1,0 +1,431 @@
+"""Checks of a built variant folder, each ending in ok, failed (with what was found) or
+skipped (with why):
+
+- `abi`: the ELF symbol versions every `.so` requires stay within manylinux_2_28, so the
+  variant loads on any Linux that manylinux wheels load on;
+- `needed`: every NEEDED library is the C/C++ runtime, torch's, or the backend's own;
+- `stable-abi` (stable-ABI variants only): no `.so` imports a torch symbol outside the
+  stable C shim (kernel_builder.checks.stable_symbols);
+- `metadata`: metadata.json has every key the runtime requires and its digests match the files;
+- `import`: the variant imports in its own build environment, with the kernel's runtime needs
+  added (kernel_builder.environments.runtime_overlay), and registers its ops.
+
+The policies are data (data/check_policy.toml). `check_variant(folder)` runs them all on
+one folder, so a build can call it on what it just produced; `kbuild check` runs it on
+every variant of a kernel repo or build folder.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import os
+import re
+import subprocess
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import kernel_builder
+from kernel_builder.errors import KbuildError
+from kernel_builder.runtime.digest import verify_digest
+from kernel_builder.runtime.loader import STAGING_PREFIX, read_metadata
+from kernel_builder.runtime.system import detect_arch, detect_os
+from kernel_builder.environments.runtime_overlay import RuntimeEnvError, runtime_python, variant_runtime_needs
+from kernel_builder.checks.stable_symbols import torch_imports
+from kernel_builder.variants import Kind, Variant, try_parse
+from kernel_builder.assemble.zip_layout import ArchiveError, package_files_of
+
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+# A finding that does not fail: the abi check of a local build, whose libraries follow the
+# build machine's glibc; portable variants come from --runner docker (manylinux_2_28).
+WARNING = "warning"
+_SYMBOLS_SHOWN = 3  # names listed per finding: enough to find the call, short enough to read
+_IMPORT_TIMEOUT_S = 300
+
+
+class CheckTargetError(KbuildError):
+    """`kbuild check` was pointed at something that holds no variant folders."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str  # abi, needed, stable-abi, metadata, import
+    status: str  # ok, failed, skipped, warning
+    detail: str  # one line: what passed, the findings, or why skipped
+    findings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"check": self.check, "status": self.status, "detail": self.detail, "findings": list(self.findings)}
+
+
+def _ok(check: str, detail: str) -> CheckResult:
+    return CheckResult(check, OK, detail)
+
+
+def _skipped(check: str, reason: str) -> CheckResult:
+    return CheckResult(check, SKIPPED, reason)
+
+
+def _failed(check: str, findings: list[str]) -> CheckResult:
+    return CheckResult(check, FAILED, "; ".join(findings), tuple(findings))
+
+
+@dataclass(frozen=True)
+class VariantReport:
+    folder: Path
+    results: tuple[CheckResult, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status != FAILED for r in self.results)
+
+    def to_json(self) -> dict:
+        return {
+            "variant": self.folder.name,
+            "path": str(self.folder),
+            "ok": self.ok,
+            "checks": [r.to_json() for r in self.results],
+        }
+
+
+# -- policy -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Policy:
+    max_versions: dict[str, tuple[int, ...]]  # GLIBC -> (2, 28)
+    needed: dict[str, tuple[str, ...]]  # "any" or a backend -> soname globs
+
+    def allowed_needed(self, backend: str | None) -> tuple[str, ...]:
+        return self.needed["any"] + self.needed.get(backend or "", ())
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+@functools.cache
+def load_policy() -> Policy:
+    data = tomllib.loads(resources.files("kernel_builder").joinpath("data/check_policy.toml").read_text())
+    return Policy(
+        max_versions={name: _version_tuple(v) for name, v in data["symbol-versions"].items()},
+        needed={key: tuple(globs) for key, globs in data["needed"].items()},
+    )
+
+
+# -- reading ELF files --------------------------------------------------------------
+@dataclass(frozen=True)
+class ElfDependencies:
+    needed: tuple[str, ...]
+    symbols_by_version: dict[str, tuple[str, ...]]  # "GLIBC_2.34" -> undefined symbols bound to it
+
+
+def _is_elf(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
+def read_elf_dependencies(path: Path) -> ElfDependencies:
+    """The DT_NEEDED entries and, from .gnu.version_r and .gnu.version, which versioned
+    symbols the library imports."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+
+    with path.open("rb") as f:
+        elf = ELFFile(f)
+        sections = list(elf.iter_sections())
+        needed = tuple(
+            tag.needed
+            for section in sections if isinstance(section, DynamicSection)
+            for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"
+        )
+        version_names: dict[int, str] = {}
+        for section in sections:
+            if isinstance(section, GNUVerNeedSection):
+                for _library, entries in section.iter_versions():
+                    version_names.update((aux["vna_other"], aux.name) for aux in entries)
+        versym = next((s for s in sections if isinstance(s, GNUVerSymSection)), None)
+        dynsym = next((s for s in sections if s["sh_type"] == "SHT_DYNSYM"), None)
+        symbols: dict[str, list[str]] = {name: [] for name in version_names.values()}
+        if versym is not None and dynsym is not None:
+            for i, symbol in enumerate(dynsym.iter_symbols()):
+                index = versym.get_symbol(i)["ndx"]
+                if symbol["st_shndx"] == "SHN_UNDEF" and isinstance(index, int):
+                    name = version_names.get(index & 0x7FFF)  # the high bit marks a hidden version
+                    if name is not None:
+                        symbols[name].append(symbol.name)
+    return ElfDependencies(needed, {name: tuple(sorted(s)) for name, s in symbols.items()})
+
+
+def shared_libraries(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and (p.name.endswith(".so") or ".so." in p.name) and "__pycache__" not in p.parts
+    )
+
+
+def _elf_libraries(folder: Path, variant: Variant | None, check: str) -> list[Path] | CheckResult:
+    """The ELF libraries to judge, or the reason the check does not apply."""
+    if variant is not None and variant.os not in (None, "linux"):
+        return _skipped(check, f"{variant.os} variant: the ELF checks apply to Linux builds only")
+    libraries = [p for p in shared_libraries(folder) if _is_elf(p)]
+    if not libraries:
+        return _skipped(check, "no ELF shared libraries (a pure-Python variant)")
+    return libraries
+
+
+def _split_version(version: str) -> tuple[str, tuple[int, ...]]:
+    """'GLIBC_2.32' -> ('GLIBC', (2, 32)); names without a number (GLIBC_PRIVATE) -> (name, ())."""
+    m = re.fullmatch(r"([A-Za-z]+)_(\d+(?:\.\d+)*)", version)
+    return (m.group(1), _version_tuple(m.group(2))) if m else (version, ())
+
+
+def _too_new(version: str, policy: Policy) -> str | None:
+    """'GLIBC_2.32' -> '2.28' when it exceeds the policy's limit for GLIBC, else None."""
+    namespace, number = _split_version(version)
+    limit = policy.max_versions.get(namespace)
+    return ".".join(map(str, limit)) if limit is not None and number > limit else None
+
+
+# -- the checks ---------------------------------------------------------------------
+def check_abi(folder: Path, variant: Variant | None = None, policy: Policy | None = None) -> CheckResult:
+    """Every symbol version a `.so` requires is within manylinux_2_28."""
+    policy = policy or load_policy()
+    libraries = _elf_libraries(folder, variant, "abi")
+    if isinstance(libraries, CheckResult):
+        return libraries
+    findings = []
+    for library in libraries:
+        required = read_elf_dependencies(library).symbols_by_version
+        for version in sorted(required, key=_split_version):
+            limit = _too_new(version, policy)
+            if limit is None:
+                continue
+            symbols = required[version]
+            shown = ", ".join(symbols[:_SYMBOLS_SHOWN]) + (", ..." if len(symbols) > _SYMBOLS_SHOWN else "")
+            findings.append(f"{library.relative_to(folder)} needs {version} ({shown or 'no symbol named'}) > {limit}")
+    if findings:
+        return _failed("abi", findings)
+    limits = ", ".join(f"{name} <= {'.'.join(map(str, v))}" for name, v in policy.max_versions.items())
+    return _ok("abi", f"manylinux_2_28: {limits} ({len(libraries)} librar{'y' if len(libraries) == 1 else 'ies'})")
+
+
+def check_needed(folder: Path, variant: Variant | None = None, policy: Policy | None = None) -> CheckResult:
+    """Every NEEDED library is allowed for the variant's backend."""
+    policy = policy or load_policy()
+    libraries = _elf_libraries(folder, variant, "needed")
+    if isinstance(libraries, CheckResult):
+        return libraries
+    allowed = policy.allowed_needed(variant.backend if variant else None)
+    findings = []
+    for library in libraries:
+        unexpected = [n for n in read_elf_dependencies(library).needed if not any(fnmatch.fnmatch(n, g) for g in allowed)]
+        if unexpected:
+            findings.append(f"{library.relative_to(folder)} needs unexpected {', '.join(unexpected)}")
+    if findings:
+        backend = variant.backend if variant else "unknown"
+        return _failed("needed", [*findings, f"allowed: C/C++ runtime, torch and the {backend} runtime"])
+    return _ok("needed", "only the C/C++ runtime, torch and the backend's runtime")
+
+
+def check_stable_abi(folder: Path, variant: Variant | None = None) -> CheckResult:
+    """A stable-ABI variant reaches torch only through the stable C shim, so it loads on
+    every torch from its ABI version on."""
+    if variant is None or variant.kind is not Kind.STABLE_ABI:
+        return _skipped("stable-abi", "not a stable-ABI variant")
+    libraries = _elf_libraries(folder, variant, "stable-abi")
+    if isinstance(libraries, CheckResult):
+        return libraries
+    shim: set[str] = set()
+    found = []
+    for library in libraries:
+        imports = torch_imports(library)
+        shim.update(imports.shim)
+        found += [(library.relative_to(folder), name) for name in imports.non_stable]
+    if found:
+        shown = ", ".join(name for _, name in found[:_SYMBOLS_SHOWN]) + (", ..." if len(found) > _SYMBOLS_SHOWN else "")
+        detail = f"{len(found)} torch symbol{'s' if len(found) != 1 else ''} outside the stable C shim: {shown}"
+        return CheckResult("stable-abi", FAILED, detail, tuple(f"{library} uses {name}" for library, name in found))
+    return _ok("stable-abi", f"torch only through the stable C shim ({len(shim)} functions)")
+
+
+def check_metadata(folder: Path) -> CheckResult:
+    """metadata.json has every required key, and every file matches its digest."""
+    try:
+        metadata = read_metadata(folder)
+    except KbuildError as e:
+        return _failed("metadata", [e.message])
+    problems = verify_digest(folder, metadata)
+    if problems:
+        return _failed("metadata", problems)
+    return _ok("metadata", f"complete; {len(metadata['digest']['files'])} files match their digests")
+
+
+# Runs in the variant's environment: import it as the runtime does, list its ops.
+_IMPORT_PROBE = r"""
+import json, sys
+import torch
+from kernel_builder.runtime import load_local, read_metadata
+folder, backend = sys.argv[1], sys.argv[2] or None
+load_local(folder, backend=backend, verify=False)
+namespace = read_metadata(folder)["id"] + "::"
+ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(namespace))
+print(json.dumps({"ops": ops}))
+"""
+
+
+def _as_warning(result: CheckResult, why: str) -> CheckResult:
+    if result.status != FAILED:
+        return result
+    return CheckResult(result.check, WARNING, f"{result.detail} ({why})", result.findings)
+
+
+def _environment_python(variant: Variant | None) -> str | CheckResult:
+    """The interpreter of the variant's build environment, or why there is none here.
+    Never creates one: checking must not install torch."""
+    from kernel_builder.environments.choice import EnvChooser
+
+    if variant is None:
+        return _skipped("import", "the folder name is not a variant name, so its environment is unknown")
+    if variant.platform is not None and variant.platform != f"{detect_arch()}-{detect_os()}":
+        return _skipped("import", f"built for {variant.platform}, this machine is {detect_arch()}-{detect_os()}")
+    chooser = EnvChooser.from_options(create=False)
+    if variant.kind is Kind.NOARCH:
+        if chooser.primary is None:
+            return _skipped("import", "the running interpreter has no torch")
+        return chooser.primary.python
+    if not chooser.available(variant):
+        spec = chooser.spec_for(variant)
+        return _skipped(
+            "import", f"no build environment with {spec.describe()} here (`kbuild env create {spec.key}` makes one)"
+        )
+    return chooser.env_for(variant).python
+
+
+def check_import(folder: Path, variant: Variant | None = None, python: str | None = None) -> CheckResult:
+    """The variant imports in its build environment (or `python`) and registers ops under its id."""
+    python = python or _environment_python(variant)
+    if isinstance(python, CheckResult):
+        return python
+    # The kernel's runtime needs (python-depends, triton, other third-party imports) are met in an
+    # overlay over the build environment; needs pip cannot install here skip the check (runtime_env).
+    metadata = _metadata_or_empty(folder)
+    try:
+        with package_files_of(folder, metadata) as package:  # a zip variant's files are read from its archive
+            needs = variant_runtime_needs(package, metadata)
+        python = runtime_python(python, needs.packages)
+    except RuntimeEnvError as exc:
+        return _skipped("import", f"the kernel's runtime needs cannot be met here: {exc.message}")
+    except ArchiveError as exc:
+        return _failed("import", [exc.message])
+    backend = "cpu" if variant.backend == "cpu" else ""
+    with tempfile.TemporaryDirectory(prefix="kbuild-check-") as path_dir:
+        # Only kernel_builder goes on the child's path, never kbuild's own site-packages,
+        # whose torch would shadow the environment's.
+        os.symlink(Path(kernel_builder.__file__).parent, Path(path_dir) / "kernel_builder")
+        env = dict(os.environ, PYTHONPATH=path_dir, PYTHONDONTWRITEBYTECODE="1")
+        target = folder.resolve()
+        if variant is not None and variant.kind is Kind.NOARCH and variant.backend != "cpu":
+            # A noarch variant for another device is the same Python: import it here under a
+            # neutral folder name, which the loader does not hold to this machine's backend.
+            target = Path(path_dir) / "noarch-variant"
+            os.symlink(folder.resolve(), target)
+        try:
+            done = subprocess.run(
+                [python, "-c", _IMPORT_PROBE, str(target), backend],
+                capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=_IMPORT_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            return _failed("import", [f"the import did not finish within {_IMPORT_TIMEOUT_S} s ({python})"])
+    if done.returncode != 0:
+        return _failed("import", [f"import failed in {python}: {_import_error(done.stderr, folder, done.returncode)}"])
+    ops = json.loads(done.stdout.strip().splitlines()[-1])["ops"]
+    if ops:
+        shown = ", ".join(op.split("::", 1)[1] for op in ops[:_SYMBOLS_SHOWN]) + (", ..." if len(ops) > _SYMBOLS_SHOWN else "")
+        return _ok("import", f"imports in {python}; registers {len(ops)} op{'s' if len(ops) != 1 else ''}: {shown}")
+    if shared_libraries(folder):
+        return _failed("import", [f"imports in {python} but registers no ops under its id"])
+    return _ok("import", f"imports in {python} (pure Python, no ops)")
+
+
+def _metadata_or_empty(folder: Path) -> dict:
+    try:
+        return read_metadata(folder)
+    except Exception:  # the metadata check reports it; the needs then come from the files alone
+        return {}
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def _import_error(stderr: str, folder: Path, returncode: int) -> str:
+    """The exception line of a failed import and the deepest frame in the kernel's own files."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    exception = next((line.strip() for line in reversed(lines) if _EXCEPTION.match(line)), None)
+    exception = exception or (lines[-1].strip() if lines else f"exit {returncode}")
+    root = str(folder.resolve())
+    frames = [m for m in map(_FRAME.match, lines) if m and m["file"].startswith(root)]
+    if not frames:
+        return exception
+    where = os.path.relpath(frames[-1]["file"], root)
+    return f"{exception} (at {where}:{frames[-1]['line']})"
+
+
+def check_variant(
+    folder: Path,
+    *,
+    smoke_test: bool = True,
+    variant: Variant | None = None,
+    python: str | None = None,
+    portable_abi: bool = True,
+) -> VariantReport:
+    """Run every check on one variant folder. A build passes what it knows: the `variant`
+    (its staging folder has another name) and its environment's `python`; a local build
+    (`portable_abi` False) reports symbol versions beyond manylinux_2_28 as a warning."""
+    folder = Path(folder)
+    variant = variant or try_parse(folder.name)
+    abi = check_abi(folder, variant)
+    if not portable_abi:
+        abi = _as_warning(abi, "a local build follows this machine's glibc; --runner docker builds portable variants")
+    results = [abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_metadata(folder)]
+    if smoke_test:
+        results.append(check_import(folder, variant, python))
+    return VariantReport(folder, tuple(results))
+
+
+# -- finding the variant folders ----------------------------------------------------
+def _is_variant_folder(path: Path) -> bool:
+    return path.is_dir() and (try_parse(path.name) is not None or (path / "metadata.json").is_file())
+
+
+def variant_folders(target: Path) -> list[Path]:
+    """`target` is a kernel repo (its build/ folder is searched), a build folder or one
+    variant folder."""
+    if not target.exists():
+        raise CheckTargetError(f"{target} does not exist; pass a kernel repo, its build/ folder or a variant folder")
+    if not target.is_dir():
+        raise CheckTargetError(f"{target} is not a folder; pass a kernel repo, its build/ folder or a variant folder")
+    if _is_variant_folder(target):
+        return [target]
+    base = target / "build" if (target / "build").is_dir() else target
+    found = sorted(
+        p for p in base.iterdir() if not p.name.startswith(STAGING_PREFIX) and _is_variant_folder(p)
+    )
+    if not found:
+        hint = "build the kernel first (kbuild build)" if (target / "build.toml").is_file() else (
+            "pass a kernel repo, its build/ folder or a variant folder"
+        )
+        raise CheckTargetError(
+            f"no variant folders in {base} (expected folders such as torch213-cxx11-cpu-x86_64-linux); {hint}"
+        )
+    return found
+
+
+def check_build(target: Path, *, smoke_test: bool = True) -> list[VariantReport]:
+    return [check_variant(folder, smoke_test=smoke_test) for folder in variant_folders(Path(target))]

@@ -1,0 +1,132 @@
+"""`kbuild env ...`: list, create and prune the managed build environments (envstore.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Optional
+
+import typer
+
+from kernel_builder.cli.output import console as _console
+
+env_app = typer.Typer(
+    help="Managed build environments: one virtual environment per torch version and compute, "
+    "created on first use.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+
+def _gb(size_bytes: int) -> str:
+    return f"{size_bytes / 1e9:.2f} GB"
+
+
+def _when(moment) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment else "-"
+
+
+@env_app.command("list")
+def list_(as_json: bool = typer.Option(False, "--json", help="Print the environments as JSON.")) -> None:
+    """List the managed build environments, their torch, size and when they were last used."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernel_builder.environments.store import envs_root, list_envs
+
+    from kernel_builder.environments.runtime_overlay import list_overlays
+
+    envs, overlays = list_envs(), list_overlays()
+    if as_json:
+        sys.stdout.write(json.dumps([*(e.to_json() for e in envs), *(o.to_json() for o in overlays)], indent=2) + "\n")
+        return
+    _print_overlays(overlays)
+    if not envs:
+        _console().print(f"no build environments in {escape(str(envs_root()))}")
+        return
+    table = Table(title=f"build environments in {escape(str(envs_root()))}")
+    for column in ("key", "torch", "compute", "size", "last used"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("path", overflow="fold")
+    for e in envs:
+        torch = escape(e.torch_version) if e.complete and e.torch_version else "[red]incomplete[/]"
+        compute = e.spec.compute if e.spec else "?"
+        table.add_row(escape(e.key), torch, compute, _gb(e.size_bytes), _when(e.last_used), escape(str(e.path)))
+    _console().print(table)
+
+
+def _print_overlays(overlays) -> None:
+    """Runtime overlays: a kernel's import-time needs (triton, einops, pytest for `kbuild test`)
+    installed on top of a build environment, made by `kbuild check` and `kbuild test`."""
+    if not overlays:
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="runtime overlays (kernel needs on top of a build environment)")
+    for column in ("key", "packages", "size", "last used"):
+        table.add_column(column, no_wrap=column != "packages")
+    table.add_column("base", overflow="fold")
+    for o in overlays:
+        packages = escape(" ".join(o.packages)) if o.complete else "[red]incomplete or base gone[/]"
+        table.add_row(escape(o.key), packages, _gb(o.size_bytes), _when(o.last_used), escape(o.base or "?"))
+    _console().print(table)
+
+
+@env_app.command()
+def create(
+    name: str = typer.Argument(
+        ..., help="A variant (torch214-cxx11-cu130-x86_64-linux) or an environment key (torch214-cu130)."
+    ),
+    torch_index: Optional[str] = typer.Option(
+        None,
+        "--torch-index",
+        help="Install torch from this index URL (default: $KBUILD_TORCH_INDEX, else pip's own index "
+        "or PyTorch's index for the flavour).",
+    ),
+) -> None:
+    """Create (or reuse) the build environment for a variant and say where it is."""
+    from rich.markup import escape
+
+    from kernel_builder.environments.store import EnvSpec, ensure_env, forget_unservable
+
+    spec = EnvSpec.parse(name)
+    progress = _console(stderr=True)
+    forget_unservable(spec)  # asked for by name: try the index again
+    env = ensure_env(spec, torch_index, say=lambda line: progress.print(escape(line)))
+    _console().print(f"{spec.key}: torch {escape(env.torch_version)} in {escape(env.python)}")
+
+
+@env_app.command()
+def prune(
+    keys: Optional[List[str]] = typer.Argument(None, help="Remove these environments (keys as `kbuild env list` shows)."),
+    remove_all: bool = typer.Option(False, "--all", help="Remove every managed environment."),
+    older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove those unused for more than DAYS.", metavar="DAYS"),
+    as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+) -> None:
+    """Remove build environments and runtime overlays; incomplete ones (interrupted creations)
+    and overlays whose build environment is gone always go."""
+    from rich.markup import escape
+
+    from kernel_builder.environments.store import prune as prune_envs
+    from kernel_builder.environments.runtime_overlay import list_overlays, prune_overlays
+
+    overlay_keys = {o.key for o in list_overlays()}
+    keys = tuple(keys or ())
+    env_keys = tuple(k for k in keys if k not in overlay_keys)
+    removed = prune_envs(all=remove_all, older_than_days=older_than, keys=env_keys)
+    # After the environments: an overlay on a removed environment is an orphan and goes too.
+    removed += prune_overlays(all=remove_all, older_than_days=older_than, keys=tuple(k for k in keys if k in overlay_keys))
+    if as_json:
+        sys.stdout.write(json.dumps([e.to_json() for e in removed], indent=2) + "\n")
+        return
+    console = _console()
+    if not removed:
+        console.print("nothing to remove")
+        return
+    for e in removed:
+        console.print(f"removed {escape(e.key)}{'' if e.complete else ' (incomplete)'}  {_gb(e.size_bytes)}")
+    console.print(f"freed {_gb(sum(e.size_bytes for e in removed))}")

@@ -1,0 +1,202 @@
+"""What every torch backend shares: the binding's sources, the torch include and link
+settings, the defines the binding tests (FORMATS.md), and which variant a backend builds:
+one per torch release, or one `torch-stable-abi{M}{m}-...` variant when `[torch]
+stable-abi` names the backend."""
+
+from __future__ import annotations
+
+import platform
+
+from kernel_builder.compile.backends.base import Unavailable
+from kernel_builder.paths import templates_dir
+from kernel_builder.compile.cmake import CompileSpec, SourceGroup, generated_include_dir
+from kernel_builder.environments.probe import BuildEnv
+from kernel_builder.kernel.manifest import KernelUnit, Manifest
+from kernel_builder.variants import (
+    Kind,
+    Variant,
+    arch_variant,
+    default_matrix,
+    parse_version,
+    stable_abi_variant,
+)
+
+# Stable ABI 3.9+: the PyInit module in registration.h only needs the limited API.
+PY_LIMITED_API = "0x03090000"
+
+
+# torch's headers need C++20 from 2.10 on (its extension builder passes -std=c++20);
+# older releases build with C++17.
+CXX20_SINCE = (2, 10)
+
+
+def cxx_standard(env: BuildEnv) -> str:
+    return "20" if env.torch >= CXX20_SINCE else "17"
+
+
+def host_platform() -> tuple[str, str]:
+    """(arch, os) in variant spelling: x86_64/aarch64, linux/darwin."""
+    arch = platform.machine().lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    return arch, platform.system().lower()
+
+
+def torch_admits(manifest: Manifest | None, torch: tuple[int, int] | None) -> bool:
+    """Whether the kernel's `[torch] minver/maxver` admit this torch version."""
+    bounds = manifest.torch if manifest else None
+    if bounds is None or torch is None:
+        return True
+    if bounds.minver and torch < parse_version(bounds.minver):
+        return False
+    return not (bounds.maxver and torch > parse_version(bounds.maxver))
+
+
+def newest_admitted(manifest: Manifest | None, backend: str, backend_version: tuple[int, int] | None) -> Variant | None:
+    """The default matrix's newest variant for this host, backend and backend version
+    whose torch the kernel admits: what kbuild builds when no environment says otherwise."""
+    here = "-".join(host_platform())
+    candidates = [
+        v for v in default_matrix().for_backend(backend)
+        if v.backend_version == backend_version and v.platform == here and torch_admits(manifest, v.torch)
+    ]
+    return max(candidates, key=lambda v: v.torch) if candidates else None
+
+
+def stable_abi(manifest: Manifest | None, backend: str) -> tuple[int, int] | None:
+    """The stable ABI version `[torch] stable-abi` names for this backend, or None."""
+    abi = manifest.torch.stable_abi_for(backend) if manifest and manifest.torch else None
+    return parse_version(abi) if abi else None
+
+
+def env_target(
+    manifest: Manifest | None,
+    backend: str,
+    env: BuildEnv,
+    backend_version: tuple[int, int] | None,
+    platform: tuple[str, str] | None = None,
+) -> Variant | Unavailable:
+    """The variant `env` builds for a backend whose toolchain fits: its own torch's, or the
+    stable-ABI variant, which any torch at least as new as the ABI version compiles.
+    `platform` is (arch, os), by default this machine's."""
+    arch, os_ = platform or host_platform()
+    abi = stable_abi(manifest, backend)
+    if abi is None:
+        return arch_variant(env.torch, backend, backend_version, arch, os_)
+    if env.torch < abi:
+        return Unavailable(
+            backend,
+            f"[torch] stable-abi {abi[0]}.{abi[1]} needs torch {abi[0]}.{abi[1]} or newer to compile; "
+            f"the build environment has torch {env.torch_version}",
+        )
+    return stable_abi_variant(abi, backend, backend_version, arch, os_)
+
+
+def host_default(manifest: Manifest | None, backend: str, backend_version: tuple[int, int] | None) -> Variant | None:
+    """What kbuild builds for a backend when no build environment decides: the stable-ABI
+    variant if build.toml names the backend (and a torch of the default matrix can compile
+    it), else the newest admitted torch of the matrix."""
+    newest = newest_admitted(manifest, backend, backend_version)
+    abi = stable_abi(manifest, backend)
+    if newest is None or abi is None:
+        return newest
+    if newest.torch < abi:
+        return None
+    return stable_abi_variant(abi, backend, backend_version, newest.arch, newest.os)
+
+
+def target_version_define(abi: tuple[int, int]) -> str:
+    """TORCH_TARGET_VERSION for a stable-ABI build: torch's version word
+    (torch/headeronly/version.h: major << 56 | minor << 48 | patch << 40 | ABI tag), with
+    patch and tag 0, spelled as torch/csrc/stable/version.h documents: 2.10 -> 0x020a000000000000.
+    The stable headers then hide every API newer than that release, and torch's other
+    headers refuse to compile."""
+    major, minor = abi
+    return f"TORCH_TARGET_VERSION=0x{(major << 56) | (minor << 48):016x}"
+
+
+def compiled_files(files: tuple[str, ...], suffixes: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f for f in files if f.endswith(suffixes))
+
+
+def binding_group(manifest: Manifest, suffixes: tuple[str, ...]) -> SourceGroup | None:
+    torch = manifest.torch
+    assert torch is not None
+    files = compiled_files(torch.src, suffixes)
+    if not files:
+        return None
+    root = manifest.root
+    return SourceGroup(
+        files=tuple(str(root / f) for f in files),
+        options=torch.cxx_flags,
+        includes=tuple(str(root / i) for i in torch.include),
+    )
+
+
+def unit_group(manifest: Manifest, unit: KernelUnit, suffixes: tuple[str, ...], options: tuple[str, ...]) -> SourceGroup | None:
+    files = compiled_files(unit.src, suffixes)
+    if not files:
+        return None
+    root = manifest.root
+    return SourceGroup(
+        files=tuple(str(root / f) for f in files),
+        options=options,
+        includes=tuple(str(root / i) for i in unit.include),
+    )
+
+
+def torch_definitions(ops_name: str, macro: str, env: BuildEnv) -> tuple[str, ...]:
+    return (
+        f"TORCH_EXTENSION_NAME={ops_name}",
+        macro,
+        f"Py_LIMITED_API={PY_LIMITED_API}",
+        f"_GLIBCXX_USE_CXX11_ABI={1 if env.cxx11_abi else 0}",
+    )
+
+
+def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ...]:
+    return (
+        str(generated_include_dir(work_dir)),
+        str(manifest.root),
+        *env.include_dirs,
+        env.python_include,
+    )
+
+
+TORCH_LIBRARIES = ("c10", "torch", "torch_cpu")
+
+
+def glibc_compat_group() -> SourceGroup:
+    """templates/build/glibc_compat.cpp: keeps libstdc++'s single-thread check from
+    requiring GLIBC_2.32, so a local build on a newer glibc stays manylinux_2_28."""
+    return SourceGroup(files=(str(templates_dir("build", "glibc_compat.cpp")),))
+
+
+def torch_spec(
+    job,
+    macro: str,
+    languages: tuple[str, ...],
+    groups: list[SourceGroup | None],
+    *,
+    definitions: tuple[str, ...] = (),
+    link_dirs: tuple[str, ...] = (),
+    link_libraries: tuple[str, ...] = (),
+    **fields,
+) -> CompileSpec:
+    """The CompileSpec every torch backend shares (the library named after the op
+    namespace, torch's defines, headers and libraries), plus the backend's own `fields`."""
+    env = job.env
+    if job.variant.kind is Kind.STABLE_ABI:
+        definitions = (target_version_define(job.variant.torch),) + definitions
+    if job.variant.os == "linux" and "CXX" in languages:
+        groups = [*groups, glibc_compat_group()]
+    return CompileSpec(
+        target=job.ops_name,
+        suffix=".abi3.so",
+        languages=languages,
+        groups=tuple(g for g in groups if g is not None),
+        definitions=torch_definitions(job.ops_name, macro, env) + definitions,
+        includes=torch_includes(job.manifest, env, job.work_dir),
+        link_dirs=(env.library_dir, *link_dirs),
+        link_libraries=TORCH_LIBRARIES + link_libraries,
+        **fields,
+    )

@@ -1,0 +1,286 @@
+"""CUDA: nvcc against a CUDA build of torch.
+
+The architectures are the unit's `cuda-capabilities` (or the defaults of its CUDA
+version, FORMATS.md) intersected with what the installed nvcc can compile
+(`nvcc --list-gpu-arch`); each becomes a `-gencode` for SASS, and `X.Y+PTX` adds PTX.
+The variant is named after the CUDA version torch was built with; nvcc must have the
+same major version, as torch's own extension builder requires."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.common import (
+    binding_group,
+    cxx_standard,
+    env_target,
+    host_default,
+    host_platform,
+    torch_spec,
+    unit_group,
+)
+from kernel_builder.compile.backends.cpu import CXX_SUFFIXES, cxx_compiler
+from kernel_builder.compile.cmake import CompileSpec
+from kernel_builder.environments.probe import BuildEnv
+from kernel_builder.errors import BuildError
+from kernel_builder.kernel.manifest import KernelUnit, Manifest
+from kernel_builder.variants import Variant, parse_version
+
+CUDA_SUFFIXES = (".cu",)
+
+# Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
+# GPUs newer than the build still run the kernel through the driver's JIT.
+_DEFAULT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
+    ((13, 0), ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1")),
+    ((12, 8), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0")),
+    ((0, 0), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0")),
+)
+
+# What torch's own extension builder passes to nvcc; kernels written for it rely on
+# these (half/bfloat16 operators come from c10, not from cuda_fp16.h).
+NVCC_FLAGS = (
+    "-O3",
+    "--expt-relaxed-constexpr",
+    "--expt-extended-lambda",
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+)
+
+
+def nvcc_path() -> str | None:
+    """nvcc from $CUDA_HOME / $CUDA_PATH, else PATH."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+@functools.cache
+def nvcc_version(nvcc: str) -> tuple[int, int] | None:
+    """(major, minor) from `nvcc --version` ("... release 13.0, V13.0.88")."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@functools.cache
+def nvcc_architectures(nvcc: str) -> frozenset[str]:
+    """The virtual architectures nvcc compiles for, as capabilities: {"7.5", "8.0", ...}."""
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(_capability(m) for m in re.findall(r"compute_(\d+)", out))
+
+
+def _capability(digits: str) -> str:
+    """"80" -> "8.0", "121" -> "12.1"."""
+    return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+def _digits(capability: str) -> str:
+    """"9.0a" -> "90a"."""
+    major, minor = capability.split(".")
+    return f"{major}{minor}"
+
+
+def default_capabilities(cuda: tuple[int, int]) -> tuple[str, ...]:
+    for since, caps in _DEFAULT_CAPABILITIES:
+        if cuda >= since:
+            return caps[:-1] + (caps[-1] + "+PTX",)
+    raise AssertionError("the table ends with a catch-all")
+
+
+def _base(capability: str) -> str:
+    """"9.0a+PTX" -> "9.0": what `--list-gpu-arch` lists."""
+    return re.sub(r"[a-z]$", "", capability.removesuffix("+PTX"))
+
+
+def effective_capabilities(unit: KernelUnit, cuda: tuple[int, int], supported: frozenset[str]) -> tuple[str, ...]:
+    """The unit's capabilities (or the defaults) that this nvcc can compile, in order."""
+    wanted = unit.cuda_capabilities or default_capabilities(cuda)
+    kept = tuple(c for c in wanted if _base(c) in supported)
+    if not kept:
+        have = ", ".join(sorted(supported, key=parse_version)) or "none"
+        raise BuildError(
+            f"[kernel.{unit.name}] cuda-capabilities {', '.join(wanted)}: nvcc {cuda[0]}.{cuda[1]} supports "
+            f"none of them (it compiles for {have}); list capabilities this CUDA supports"
+        )
+    return kept
+
+
+def gencode_flags(capabilities: tuple[str, ...]) -> tuple[str, ...]:
+    """`-gencode` per capability: SASS for each, plus PTX for those marked +PTX."""
+    flags = []
+    for cap in capabilities:
+        digits = _digits(cap.removesuffix("+PTX"))
+        flags.append(f"-gencode=arch=compute_{digits},code=sm_{digits}")
+        if cap.endswith("+PTX"):
+            flags.append(f"-gencode=arch=compute_{digits},code=compute_{digits}")
+    return tuple(flags)
+
+
+def units_for_version(manifest: Manifest, cuda: tuple[int, int]) -> tuple[KernelUnit, ...]:
+    """The cuda units this CUDA version builds: `cuda-minver` excludes units from older ones."""
+    return tuple(
+        u for u in manifest.units_for("cuda") if u.cuda_minver is None or cuda >= parse_version(u.cuda_minver)
+    )
+
+
+def cuda_bounds_reason(manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
+    general = manifest.general.cuda if manifest else None
+    if general is None:
+        return None
+    text = f"{cuda[0]}.{cuda[1]}"
+    if general.minver and cuda < parse_version(general.minver):
+        return f"[general.cuda] minver {general.minver} excludes CUDA {text}"
+    if general.maxver and cuda > parse_version(general.maxver):
+        return f"[general.cuda] maxver {general.maxver} excludes CUDA {text}"
+    return None
+
+
+@functools.cache
+def nvcc_include_dirs(nvcc: str) -> tuple[str, ...]:
+    """The include folders nvcc itself passes (`--dryrun` shows them), which also finds the
+    toolkit when `nvcc` on PATH is a wrapper script."""
+    try:
+        out = subprocess.run(
+            [nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if "INCLUDES=" in line]
+    found = re.findall(r'"?(?:-I|-isystem"?\s+"?)([^"\s]+)', " ".join(lines))
+    return tuple(dict.fromkeys(str(Path(p).resolve()) for p in found if Path(p).is_dir()))
+
+
+def cuda_include_dirs(nvcc: str, env: BuildEnv) -> tuple[str, ...]:
+    """The toolkit's headers, for .cpp torch glue that the host compiler builds (nvcc adds
+    them itself), then the headers of the CUDA libraries torch ships as wheels (cuBLAS,
+    cuSPARSE, ...), which a plain toolkit may lack but ATen/cuda/CUDAContext.h needs."""
+    nvidia = Path(env.torch_dir).parent / "nvidia"
+    wheels = tuple(str(p) for p in sorted(nvidia.glob("*/include")) if p.is_dir())
+    return nvcc_include_dirs(nvcc) + wheels
+
+
+class CudaBackend:
+    name = "cuda"
+    macro = "CUDA_KERNEL"
+
+    def _toolchain_reason(self, manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
+        nvcc = nvcc_path()
+        if nvcc is None:
+            return "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)"
+        have = nvcc_version(nvcc)
+        if have is None:
+            return f"{nvcc} --version did not report a CUDA release"
+        # Same release as torch's CUDA: torch's CUDA headers (nvidia wheels) and nvcc must
+        # agree, and the variant name promises that release to the loader.
+        if have != cuda:
+            return (
+                f"nvcc is CUDA {have[0]}.{have[1]} but the variant needs CUDA {cuda[0]}.{cuda[1]}; "
+                "nvcc must be the variant's CUDA release"
+            )
+        return cuda_bounds_reason(manifest, cuda)
+
+    def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
+        if not env.cuda:
+            return Unavailable(
+                self.name,
+                f"the build environment's torch {env.torch_version} is not a CUDA build; "
+                "CUDA variants need a CUDA torch (e.g. torch==2.14.1)",
+            )
+        cuda = parse_version(env.cuda)
+        reason = self._toolchain_reason(manifest, cuda)
+        if reason:
+            return Unavailable(self.name, reason)
+        return env_target(manifest, self.name, env, cuda)
+
+    def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
+        """Why this machine cannot build `variant` given a matching environment, or None."""
+        assert variant.backend_version is not None
+        return self._toolchain_reason(manifest, variant.backend_version)
+
+    def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
+        """The CUDA variant to build here when the build environment is not a CUDA torch:
+        nvcc's CUDA version, with the newest torch of the default matrix that ships it (or
+        the stable ABI that build.toml names)."""
+        nvcc = nvcc_path()
+        have = nvcc_version(nvcc) if nvcc else None
+        if have is None:
+            return Unavailable(self.name, "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)")
+        reason = cuda_bounds_reason(manifest, have)
+        if reason:
+            return Unavailable(self.name, reason)
+        variant = host_default(manifest, self.name, have)
+        if variant is None:
+            return Unavailable(
+                self.name,
+                f"no torch release in the default matrix ships CUDA {have[0]}.{have[1]} for "
+                f"{'-'.join(host_platform())} within the kernel's [torch] bounds",
+            )
+        return variant
+
+    def toolchain_ids(self) -> tuple[str, ...]:
+        nvcc = nvcc_path()
+        cxx = cxx_compiler()
+        ids = [tool_version(nvcc) if nvcc else None, tool_version(cxx) if cxx else None]
+        return tuple(i for i in ids if i)
+
+    def metadata(self, job) -> dict:
+        # A noarch variant embeds no device code: kernel-builder writes no archs for it.
+        return {"archs": list(self.capabilities(job))} if job.compiled else {}
+
+    def capabilities(self, job) -> tuple[str, ...]:
+        """Every capability the variant embeds, across units (metadata's backend.archs)."""
+        cuda = job.variant.backend_version
+        supported = nvcc_architectures(nvcc_path())
+        caps = {c.removesuffix("+PTX") for u in units_for_version(job.manifest, cuda)
+                for c in effective_capabilities(u, cuda, supported)}
+        return tuple(sorted(caps, key=lambda c: (parse_version(c), c)))
+
+    def compile_spec(self, job) -> CompileSpec:
+        manifest, env = job.manifest, job.env
+        nvcc = nvcc_path()
+        if nvcc is None:
+            raise BuildError("nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)")
+        cuda = job.variant.backend_version
+        supported = nvcc_architectures(nvcc)
+        groups = [binding_group(manifest, CXX_SUFFIXES)]
+        for unit in units_for_version(manifest, cuda):
+            device_flags = gencode_flags(effective_capabilities(unit, cuda, supported)) + unit.cuda_flags
+            groups.append(unit_group(manifest, unit, CUDA_SUFFIXES, device_flags))
+            groups.append(unit_group(manifest, unit, CXX_SUFFIXES, unit.cxx_flags))
+        compiler = cxx_compiler()
+        cache = {
+            "CMAKE_CUDA_COMPILER": nvcc,
+            # Architectures come from -gencode per unit, never from CMake's default.
+            "CMAKE_CUDA_ARCHITECTURES": "OFF",
+            "CMAKE_CUDA_STANDARD": cxx_standard(env),
+            "CMAKE_CXX_STANDARD": cxx_standard(env),
+            # libcudart.so.N, the one torch has already loaded, not a second static copy.
+            "CMAKE_CUDA_RUNTIME_LIBRARY": "Shared",
+        }
+        if compiler:
+            cache.update(CMAKE_CXX_COMPILER=compiler, CMAKE_CUDA_HOST_COMPILER=compiler)
+        return torch_spec(
+            job, self.macro, ("CXX", "CUDA"), groups,
+            language_options=(("CXX", ("-O3",)), ("CUDA", NVCC_FLAGS)),
+            system_includes=cuda_include_dirs(nvcc, env),
+            link_libraries=("c10_cuda", "torch_cuda"),
+            cache=cache,
+        )
+

@@ -1,0 +1,110 @@
+"""XPU: Intel oneAPI `icpx -fsycl` against an XPU build of torch.
+
+Every source compiles with icpx and `-fsycl`; a unit's `sycl-flags` go on its own sources
+and, as one group, on the link too: SYCL finishes device code when it links (ahead-of-time
+targets run the device compiler there), so `-fsycl-targets=...` and `-Xs ...` must reach
+that step, and picking the device-target flags out of a list would mean knowing every
+option and how many arguments it takes. Compile-only flags are ignored by the link.
+
+The variant is named after the oneAPI release torch was built with (`torch.version.xpu`);
+icpx must be of the same year, the unit of libsycl's ABI (libsycl.so.8 is 2025.x)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import shlex
+import shutil
+
+from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.common import (
+    binding_group,
+    cxx_standard,
+    env_target,
+    torch_spec,
+    unit_group,
+)
+from kernel_builder.compile.backends.cpu import CXX_SUFFIXES
+from kernel_builder.compile.cmake import CompileSpec
+from kernel_builder.environments.probe import BuildEnv
+from kernel_builder.kernel.manifest import Manifest
+from kernel_builder.variants import Variant, xpu_version
+
+# torch's convention for SYCL sources; neither CMake nor icpx knows the extension, so
+# they are C++ explicitly.
+SYCL_SUFFIXES = (".sycl",)
+SYCL_SOURCE_FLAGS = ("-x", "c++")
+
+ICPX_MISSING = "icpx not found on PATH (install Intel oneAPI DPC++/C++ Compiler and source its setvars.sh)"
+
+
+def icpx_path() -> str | None:
+    return shutil.which("icpx")
+
+
+@functools.cache
+def icpx_version(icpx: str) -> tuple[int, int] | None:
+    """(year, minor) from `icpx --version` ("Intel(R) oneAPI DPC++/C++ Compiler 2025.2.0 (...)")."""
+    line = tool_version(icpx)
+    m = re.search(r"(\d{4})\.(\d+)\.\d+", line or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class XpuBackend:
+    name = "xpu"
+    macro = "XPU_KERNEL"
+
+    def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
+        icpx = icpx_path()
+        if icpx is None:
+            return Unavailable(self.name, ICPX_MISSING)
+        version = xpu_version(env.xpu) if env.xpu else None
+        if version is None:
+            what = f"reports XPU version '{env.xpu}'" if env.xpu else "is not an XPU build"
+            return Unavailable(
+                self.name,
+                f"the build environment's torch {env.torch_version} {what}; XPU variants need an "
+                "XPU torch (pip install torch --index-url https://download.pytorch.org/whl/xpu)",
+            )
+        have = icpx_version(icpx)
+        if have is None:
+            return Unavailable(self.name, f"{icpx} --version did not report a oneAPI release")
+        if have[0] != version[0]:
+            return Unavailable(
+                self.name,
+                f"icpx is oneAPI {have[0]}.{have[1]} but torch {env.torch_version} is built with oneAPI "
+                f"{version[0]}.{version[1]}; icpx and torch must share the oneAPI year (libsycl's ABI)",
+            )
+        return env_target(manifest, self.name, env, version)
+
+    def metadata(self, job) -> dict:
+        return {}
+
+    def toolchain_ids(self) -> tuple[str, ...]:
+        icpx = icpx_path()
+        version = tool_version(icpx) if icpx else None
+        return (version,) if version else ()
+
+    def compile_spec(self, job) -> CompileSpec:
+        manifest, env = job.manifest, job.env
+        groups = [binding_group(manifest, CXX_SUFFIXES)]
+        link_options = ["-fsycl"]
+        for unit in manifest.units_for(self.name):
+            flags = unit.cxx_flags + unit.sycl_flags
+            groups.append(unit_group(manifest, unit, CXX_SUFFIXES, flags))
+            sycl = unit_group(manifest, unit, SYCL_SUFFIXES, SYCL_SOURCE_FLAGS + flags)
+            groups.append(sycl and dataclasses.replace(sycl, language="CXX"))
+            if unit.sycl_flags:
+                # SHELL: keeps the group whole; CMake de-duplicates link options one by
+                # one, which would merge the second `-Xs` of a unit into the first.
+                link_options.append("SHELL:" + shlex.join(unit.sycl_flags))
+        return torch_spec(
+            job, self.macro, ("CXX",), groups,
+            # USE_XPU as well, as kernel-builder defines it for XPU builds.
+            definitions=("USE_XPU",),
+            options=("-O3", "-fsycl"),
+            link_libraries=("c10_xpu", "torch_xpu"),
+            link_options=tuple(dict.fromkeys(link_options)),
+            cache={"CMAKE_CXX_COMPILER": icpx_path() or "icpx", "CMAKE_CXX_STANDARD": cxx_standard(env)},
+        )

@@ -1,0 +1,366 @@
+"""`kbuild publish --tag vX.Y.Z`: every built variant to branch `vX` of a Hub repo in one
+commit, tagged `vX.Y.Z`, and the repo card on `main`.
+
+The order makes a failure at any point safe to re-run: the repo and branch are created
+if missing; the commit holds every file of build/ (the Hub applies a commit whole, so a
+killed upload leaves no half commit), and files already identical on the branch are not
+sent again; the tag is created on that commit, and an existing tag is never moved without
+`force`. The card is a separate commit on `main`, after the tag: a run killed between the
+two is finished by the next run, which finds the tag on exactly this build and the card
+missing (or older), and writes only the card.
+
+huggingface_hub is imported only here, when publishing: `HF_TOKEN` (or the login) gives
+the token and `HF_ENDPOINT` the server, as for every huggingface_hub call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_builder.checks.variant_checks import check_build, variant_folders
+from kernel_builder.errors import KbuildError
+from kernel_builder.hub_names import repo_id_problem
+from kernel_builder.kernel.manifest import Manifest, load_manifest
+from kernel_builder.build.plan import kernel_identity
+from kernel_builder.publish.repo_card import card_release, render_card
+from kernel_builder.runtime.loader import read_metadata
+
+TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+REPO_TYPE = "kernel"
+FALLBACK_REPO_TYPE = "model"
+
+
+class PublishError(KbuildError):
+    """A publish that must not go ahead; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    local: Path
+    path_in_repo: str  # build/<variant>/<file>
+    size: int
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    manifest: Manifest
+    repo_id: str
+    branch: str  # v1
+    tag: str  # v1.2.0
+    variants: tuple[Path, ...]
+    uploads: tuple[Upload, ...]
+    card: str
+
+    @property
+    def size(self) -> int:
+        return sum(u.size for u in self.uploads)
+
+    def to_json(self) -> dict:
+        return {
+            "repo_id": self.repo_id, "branch": self.branch, "tag": self.tag,
+            "variants": [v.name for v in self.variants],
+            "files": [{"path": u.path_in_repo, "size": u.size} for u in self.uploads],
+            "size": self.size,
+        }
+
+
+@dataclass(frozen=True)
+class Published:
+    repo_id: str
+    repo_type: str
+    branch: str
+    tag: str | None  # None with create_pr (tag after the merge)
+    commit: str
+    uploaded: bool  # False: every file was already identical on the branch
+    pull_request: str | None = None
+
+
+def parse_tag(tag: str, version: int) -> tuple[int, int, int]:
+    match = TAG_RE.match(tag)
+    if not match:
+        raise PublishError(f"--tag {tag!r}: expected vMAJOR.MINOR.PATCH, e.g. v{version}.0.0", 2)
+    numbers = tuple(int(n) for n in match.groups())
+    if numbers[0] != version:
+        raise PublishError(
+            f"--tag {tag}: its major version {numbers[0]} must equal build.toml's [general] version = {version} "
+            f"(tag v{version}.x.y, or raise the version in build.toml and rebuild)", 2
+        )
+    return numbers  # type: ignore[return-value]
+
+
+def _repo_id(manifest: Manifest, repo_id: str | None) -> str:
+    chosen = repo_id or (manifest.general.hub.repo_id if manifest.general.hub else None)
+    if not chosen:
+        raise PublishError(f"no repo id for '{manifest.name}': pass --repo-id ORG/NAME or set [general.hub] repo-id in build.toml", 2)
+    # Checked here, before any call: huggingface_hub would raise HFValidationError mid-publish.
+    problem = repo_id_problem(chosen)
+    if problem:
+        source = "--repo-id" if repo_id else f"{manifest.root / 'build.toml'}: [general.hub] repo-id"
+        raise PublishError(f"{source} {chosen!r}: {problem} (the Hub's rule for ORG/NAME)", 2)
+    return chosen
+
+
+def plan_publish(kernel_dir: Path, tag: str, repo_id: str | None = None, allow_dirty: bool = False) -> PublishPlan:
+    """Everything publishing would do, decided without touching the Hub: which variants and
+    files go to which branch and tag, and the card. Refuses what must not be published."""
+    manifest = load_manifest(kernel_dir)
+    major, _, _ = parse_tag(tag, manifest.general.version)
+    repo = _repo_id(manifest, repo_id)
+    out = manifest.root / "build"
+    if not out.is_dir():
+        raise PublishError(f"nothing to publish: {out} does not exist; run `kbuild build {kernel_dir}` first")
+    variants = variant_folders(out)
+    _refuse_stale_or_dirty(manifest, out, variants, allow_dirty)
+    failed = [r for r in check_build(out) if not r.ok]
+    if failed:
+        findings = "; ".join(
+            f"{r.folder.name}: {c.check}: {c.detail}" for r in failed for c in r.results if c.status == "failed"
+        )
+        raise PublishError(f"refusing to publish builds that fail `kbuild check`: {findings}")
+    uploads = tuple(
+        Upload(path, f"build/{folder.name}/{path.relative_to(folder).as_posix()}", path.stat().st_size)
+        for folder in variants
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc")
+    )
+    card = render_card(manifest, repo, [read_metadata(v) | {"variant": v.name} for v in variants], f"v{major}", tag)
+    return PublishPlan(manifest, repo, f"v{major}", tag, tuple(variants), uploads, card)
+
+
+def _refuse_stale_or_dirty(manifest: Manifest, out: Path, variants: list[Path], allow_dirty: bool) -> None:
+    """Every variant must come from the source as it is now, and (unless allow_dirty) from a
+    committed tree: the op id of a build is its source tree's hash, `_dirty` when uncommitted."""
+    current, state = kernel_identity(manifest, out)
+    ids = {v.name: read_metadata(v)["id"] for v in variants}
+    stale = [name for name, op_id in ids.items() if not op_id.endswith(f"_{current}")]
+    if stale:
+        raise PublishError(
+            f"build/ does not match the source: {', '.join(stale)} were built from other sources; "
+            f"rebuild with `kbuild build {manifest.root}` (and delete variants you no longer build)"
+        )
+    if allow_dirty:
+        return
+    if current.endswith("_dirty"):
+        raise PublishError(
+            f"{manifest.root} has uncommitted changes: commit them and rebuild, or pass --allow-dirty"
+        )
+    if state is None:
+        raise PublishError(
+            f"{manifest.root} is not in a git repository, so the build records no commit: "
+            "commit it to git and rebuild, or pass --allow-dirty"
+        )
+
+
+def publish(
+    plan: PublishPlan,
+    *,
+    private: bool = False,
+    create_pr: bool = False,
+    force: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+) -> Published:
+    """Carry out `plan` against the Hub (HF_ENDPOINT) with the configured token."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()
+    _check_token(api)
+    repo_type = _create_repo(api, plan.repo_id, private, say)
+    refs = _call(lambda: api.list_repo_refs(plan.repo_id, repo_type=repo_type), f"list the refs of {plan.repo_id}", plan.repo_id)
+    tags = {t.name: t.target_commit for t in refs.tags}
+    if plan.tag in tags and not force:
+        if create_pr:
+            raise PublishError(f"tag {plan.tag} already exists on {plan.repo_id} (commit {tags[plan.tag][:12]}); "
+                               "publish a new version, or pass --force to move it")
+        return _finish_tagged(api, plan, repo_type, tags[plan.tag], say)
+    branches = {b.name: b.target_commit for b in refs.branches}
+    if plan.branch not in branches:
+        _call(lambda: api.create_branch(plan.repo_id, branch=plan.branch, repo_type=repo_type, exist_ok=True),
+              f"create branch {plan.branch}", plan.repo_id)
+        say(f"created branch {plan.branch}")
+    head = branches.get(plan.branch)
+    # The branch becomes exactly build/: files of variants no longer built are deleted.
+    wanted = {u.path_in_repo for u in plan.uploads}
+    existing = _branch_files(api, plan.repo_id, repo_type, plan.branch) if head else set()
+    operations = [CommitOperationAdd(path_in_repo=u.path_in_repo, path_or_fileobj=str(u.local)) for u in plan.uploads]
+    operations += [CommitOperationDelete(path_in_repo=p) for p in sorted(existing - wanted) if p.startswith("build/")]
+    say(f"uploading {len(plan.uploads)} files ({plan.size / 1e6:.1f} MB) of {len(plan.variants)} variants to "
+        f"{plan.repo_id}@{plan.branch}")
+    try:
+        commit = api.create_commit(
+            plan.repo_id, operations, commit_message=f"{plan.manifest.name} {plan.tag}",
+            commit_description=f"Variants: {', '.join(v.name for v in plan.variants)}",
+            repo_type=repo_type, revision=plan.branch, create_pr=create_pr, parent_commit=head,
+        )
+    except HfHubHTTPError as e:
+        raise _hub_error(e, f"commit to {plan.repo_id}@{plan.branch}", plan.repo_id) from None
+    sha = commit.oid
+    uploaded = sha != head
+    if create_pr:
+        say(f"opened {commit.pr_url}; tag {plan.tag} is not created until it is merged")
+        return Published(plan.repo_id, repo_type, plan.branch, None, sha, uploaded, commit.pr_url)
+    if not uploaded:
+        say(f"every file is already on {plan.branch}: nothing uploaded")
+    if plan.tag in tags:  # force: move it
+        _call(lambda: api.delete_tag(plan.repo_id, tag=plan.tag, repo_type=repo_type), f"delete tag {plan.tag}", plan.repo_id)
+    _call(lambda: api.create_tag(plan.repo_id, tag=plan.tag, revision=sha, repo_type=repo_type,
+                                 tag_message=f"{plan.manifest.name} {plan.tag}"), f"create tag {plan.tag}", plan.repo_id)
+    say(f"tagged {sha[:12]} as {plan.tag}")
+    _upload_card(api, plan, repo_type)
+    return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded)
+
+
+def _upload_card(api, plan: PublishPlan, repo_type: str) -> None:
+    _call(lambda: api.upload_file(path_or_fileobj=plan.card.encode(), path_in_repo="README.md", repo_id=plan.repo_id,
+                                  repo_type=repo_type, revision="main", commit_message=f"Card for {plan.tag}"),
+          f"update the card of {plan.repo_id}", plan.repo_id)
+
+
+def _finish_tagged(api, plan: PublishPlan, repo_type: str, sha: str, say: Callable[[str], None]) -> Published:
+    """The tag exists: finish the steps after it (the card) when it holds exactly this build,
+    as a run killed after tagging leaves it; refuse a tag on other content, or one with
+    nothing left to do."""
+    where = f"tag {plan.tag} already exists on {plan.repo_id} (commit {sha[:12]})"
+    if not _holds_build(api, plan, repo_type, sha):
+        raise PublishError(f"{where} with other content than build/; publish a new version, "
+                           "or pass --force to move it")
+    current = _card_on_main(api, plan, repo_type)
+    release = card_release(current) if current is not None else None
+    ours = parse_tag(plan.tag, plan.manifest.general.version)
+    # A card for this release or a later one stays: a late re-run never rolls the card back.
+    if current == plan.card or (release is not None and release[1] >= ours):
+        shown = release[0] if release else plan.tag
+        raise PublishError(f"{where} with this build, and the card on main is current (latest release {shown}): "
+                           "nothing left to do; publish a new version, or pass --force to move it")
+    say(f"tag {plan.tag} is already on {sha[:12]} with this build: finishing what an earlier run left undone "
+        "(the repo card)")
+    _upload_card(api, plan, repo_type)
+    return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded=False)
+
+
+def _holds_build(api, plan: PublishPlan, repo_type: str, sha: str) -> bool:
+    """Whether commit `sha`'s build/ is exactly the plan's files, byte for byte (compared by
+    the ids the Hub lists: sha256 for LFS files, the git blob id for the others)."""
+    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils.sha import git_hash, sha_fileobj
+
+    try:
+        entries = _call(lambda: [e for e in api.list_repo_tree(plan.repo_id, path_in_repo="build", revision=sha,
+                                                                repo_type=repo_type, recursive=True)
+                                 if isinstance(e, RepoFile)],
+                        f"list the files of {plan.repo_id}@{sha[:12]}", plan.repo_id)
+    except EntryNotFoundError:
+        return False
+    remote = {e.path: e for e in entries}
+    if set(remote) != {u.path_in_repo for u in plan.uploads}:
+        return False
+    for upload in plan.uploads:
+        entry = remote[upload.path_in_repo]
+        if entry.size != upload.size:
+            return False
+        if entry.lfs is not None:
+            with open(upload.local, "rb") as f:
+                if sha_fileobj(f).hex() != entry.lfs.sha256:
+                    return False
+        elif git_hash(upload.local.read_bytes()) != entry.blob_id:
+            return False
+    return True
+
+
+def _card_on_main(api, plan: PublishPlan, repo_type: str) -> str | None:
+    """README.md on main, or None when there is none."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = _call(lambda: hf_hub_download(plan.repo_id, "README.md", repo_type=repo_type, revision="main",
+                                             token=api.token),
+                     f"read the card of {plan.repo_id}", plan.repo_id)
+    except EntryNotFoundError:
+        return None
+    return Path(path).read_text(encoding="utf-8", errors="replace")
+
+
+def _check_token(api) -> None:
+    """A missing or rejected token, in one line, before anything is sent."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
+
+    try:
+        api.whoami()
+    except LocalTokenNotFoundError:
+        raise PublishError("no Hugging Face token: set HF_TOKEN or run `hf auth login`") from None
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else "?"
+        raise PublishError(f"{constants.ENDPOINT} rejected the Hugging Face token (HTTP {status}): "
+                           "check HF_TOKEN or run `hf auth login` again") from None
+    except OSError as e:
+        raise PublishError(f"cannot reach {constants.ENDPOINT}: {_first_line(e)}") from None
+
+
+def _create_repo(api, repo_id: str, private: bool, say: Callable[[str], None]) -> str:
+    """Create the repo (or find it) as a kernel repo; a server that does not know that type
+    gets a model repo, with a warning."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        api.create_repo(repo_id, repo_type=REPO_TYPE, private=private, exist_ok=True)
+        return REPO_TYPE
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else None
+        if status not in (400, 404, 422):
+            raise _hub_error(e, f"create {repo_id}", repo_id) from None
+        say(f"warning: the Hub rejected repo type '{REPO_TYPE}' ({_hub_message(e)}); publishing {repo_id} as a model repo")
+    _call(lambda: api.create_repo(repo_id, repo_type=FALLBACK_REPO_TYPE, private=private, exist_ok=True), f"create {repo_id}", repo_id)
+    return FALLBACK_REPO_TYPE
+
+
+def _branch_files(api, repo_id: str, repo_type: str, branch: str) -> set[str]:
+    entries = _call(lambda: list(api.list_repo_tree(repo_id, revision=branch, repo_type=repo_type, recursive=True)),
+                    f"list the files of {repo_id}@{branch}", repo_id)
+    from huggingface_hub.hf_api import RepoFile
+
+    return {e.path for e in entries if isinstance(e, RepoFile)}
+
+
+def _call(action, doing: str, repo_id: str):
+    """`action()`, with the Hub's refusal as one line; a missing file (EntryNotFoundError)
+    passes through for callers to which that is an answer."""
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
+
+    try:
+        return action()
+    except EntryNotFoundError:
+        raise
+    except HfHubHTTPError as e:
+        raise _hub_error(e, doing, repo_id) from None
+
+
+def _hub_error(error, doing: str, repo_id: str) -> PublishError:
+    """A Hub refusal in one line. A 403 is the Hub saying the token lacks write access (a
+    read token, or a fine-grained one without this repo): say that, not a request id."""
+    status = error.response.status_code if error.response is not None else None
+    if status == 403:
+        return PublishError(f"this token cannot write to {repo_id} ({_hub_message(error)}); use a token with "
+                            "write access to it (HF_TOKEN, or `hf auth login`)")
+    return PublishError(f"cannot {doing}: {_hub_message(error)}")
+
+
+def _hub_message(error) -> str:
+    """What the Hub said (its X-Error-Message / error body), else the error's first real line:
+    huggingface_hub puts '(Request ID: ...)' first, which says nothing about the cause."""
+    server = (getattr(error, "server_message", None) or "").strip()
+    if server:
+        return server.splitlines()[0]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("(Request ID:")]
+    return (useful or lines or [type(error).__name__])[0]
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,144 @@
+"""The local runner: one build job in this process, with this machine's toolchain.
+
+Hash the job's inputs; if the existing variant folder carries the same hash and its digests
+still hold, it is up to date. Otherwise generate the CMake project, build with Ninja, stage
+the variant folder, check it (kernel_builder.checks.variant_checks) and only then move it
+into place: a variant that fails its checks never replaces the previous one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from kernel_builder.assemble.stamp import install, stage_variant
+from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
+from kernel_builder.checks.variant_checks import check_variant
+from kernel_builder.compile.backends import get_backend
+from kernel_builder.compile.cmake import build_project, render_project
+from kernel_builder.compile.compiler_cache import CompilerCache, launcher_settings
+from kernel_builder.compile.job import BuildJob
+from kernel_builder.compile.parallelism import Slots
+from kernel_builder.environments.choice import EnvChooser
+from kernel_builder.errors import BuildError, KbuildError
+from kernel_builder.kernel.sources import input_hash
+from kernel_builder.runners.progress import Progress
+from kernel_builder.runners.result import JobResult, folder_size
+from kernel_builder.runtime.digest import verify_digest
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What every job of one build shares, resolved once."""
+
+    slots: Slots
+    compiler_cache: CompilerCache | None = None
+    progress: Progress = field(default_factory=Progress)
+    smoke_test: bool = True  # import each new variant in its environment before installing it
+    portable_abi: bool = False  # symbol versions beyond manylinux_2_28 fail the job (else warn)
+
+
+def job_input_hash(job: BuildJob) -> str:
+    backend = get_backend(job.backend)
+    facts = [
+        f"variant {job.variant.name}",
+        f"ops {job.ops_name}",
+        f"torch {job.env.torch_version} cxx11={job.env.cxx11_abi} {job.env.torch_dir}",
+        f"source {job.source}",
+    ]
+    if job.compiled:
+        facts.append(f"spec {backend.compile_spec(job).describe()}")
+        facts += [f"toolchain {t}" for t in backend.toolchain_ids()]
+    return input_hash(job.manifest, *facts)
+
+
+def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
+    metadata_file = job.dest / "metadata.json"
+    try:
+        metadata = json.loads(metadata_file.read_text())
+    except (OSError, ValueError):
+        return False
+    if metadata.get("kbuild", {}).get("input-hash") != wanted_hash:
+        return False
+    return not verify_digest(job.dest, metadata)
+
+
+def drop_other_style(job: BuildJob) -> None:
+    """One build, one folder: the same build under the other naming style (left by a build
+    with the other --variant-names) goes, or the runtime would choose between two identical
+    builds by folder listing, and both would be published."""
+    twin = job.variant.other_style()
+    if twin is not None and (job.out_dir / twin.name).is_dir():
+        shutil.rmtree(job.out_dir / twin.name)
+
+
+def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobResult:
+    start = time.perf_counter()
+    label = job.variant.name
+    progress = settings.progress
+    stats, checks = None, ()
+
+    def result(status: str, detail: str = "", log: bool = False) -> JobResult:
+        log_file = str(job.log_file) if log and job.compiled else None
+        size = folder_size(job.dest) if status in ("built", "up-to-date") else None
+        return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size, checks)
+
+    try:
+        if job.env is None:
+            if not chooser.available(job.variant):
+                progress.step(label, "environment")  # created now: a minute or more of pip
+            job = job.with_env(chooser.env_for(job.variant))
+        wanted = job_input_hash(job)
+        if is_up_to_date(job, wanted):
+            drop_other_style(job)
+            return result("up-to-date")
+        library = None
+        if job.compiled:
+            backend = get_backend(job.backend)
+            spec = backend.compile_spec(job)
+            render_project(spec, job.work_dir)
+            archs = len(backend.metadata(job).get("archs", ())) or 1
+            chosen = settings.slots.for_job(archs)
+            cache = settings.compiler_cache
+            launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
+            compile_env = cache.job_environment(job.work_dir) if cache else {}
+            library = build_project(
+                spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
+                on_step=lambda step: progress.step(label, step, job.log_file),
+            )
+            stats = cache.job_stats(job.work_dir) if cache else None
+        with writing_to(job.out_dir):
+            staging = stage_variant(job, library, wanted)
+        progress.step(label, "check")
+        report = check_variant(
+            staging, smoke_test=settings.smoke_test, variant=job.variant, python=job.env.python,
+            portable_abi=settings.portable_abi,
+        )
+        checks = report.results
+        if not report.ok:
+            shutil.rmtree(staging, ignore_errors=True)
+            failed = [f"{c.check}: {c.detail}" for c in report.results if c.status == CHECK_FAILED]
+            raise BuildError(f"check failed, the previous variant is kept: {'; '.join(failed)}")
+        with writing_to(job.out_dir):
+            install(staging, job.dest)
+            drop_other_style(job)
+    except KbuildError as e:
+        return result("failed", e.message, log=job.log_file.exists())
+    return result("built", log=True)
+
+
+@contextmanager
+def writing_to(out: Path) -> Iterator[None]:
+    """A full disk or a read-only output folder is for the user to fix: one line naming the
+    path. The previous variant stays: a failed staging is removed, and install only renames."""
+    try:
+        yield
+    except OSError as e:
+        raise BuildError(
+            f"cannot write {e.filename or out}: {e.strerror or e}; the previous variant is kept "
+            "(free space there, or choose a writable --out)"
+        ) from None
