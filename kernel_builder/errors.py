@@ -1,28 +1,35 @@
-"""User-facing failures. The CLI prints `message` in one line and exits with `exit_code`."""
+"""User-facing failures, one class per exit code. The CLI (kernel_builder.cli.main) prints
+`message` in one line and exits with the class's `exit_code`; never a traceback.
+
+- 1, `KbuildError`: what was asked for is sound but did not succeed (a compile failed, the
+  Hub refused, a check found a problem).
+- 2, `UsageError`: what was asked for is wrong (a flag's value, a name, build.toml, a folder
+  holding nothing to work on); the message says what to change.
+Other exit codes: a command's own outcome (`kbuild test` returns pytest's), 130 on Ctrl-C."""
 
 
 class KbuildError(Exception):
-    """A user-facing failure: the CLI prints the message in one line and exits with exit_code."""
+    """Exit code 1: the operation failed; the message says where to look."""
 
     exit_code = 1
 
-    def __init__(self, message: str, exit_code: int | None = None):
+    def __init__(self, message: str):
         super().__init__(message)
         self.message = message
-        if exit_code is not None:
-            self.exit_code = exit_code
 
 
-class ManifestError(KbuildError):
+class UsageError(KbuildError):
+    """Exit code 2: the user's input is wrong; the message says what to change."""
+
+    exit_code = 2
+
+
+class ManifestError(UsageError):
     """build.toml is malformed: names the file, the key and what was expected."""
 
-    exit_code = 2
 
-
-class VariantError(KbuildError):
+class VariantError(UsageError):
     """A variant name or selection that cannot be parsed or built here."""
-
-    exit_code = 2
 
 
 class BuildError(KbuildError):

@@ -1,5 +1,5 @@
 """Where kbuild keeps things: its cache (probed environments, CMake work trees, logs) and the
-files it ships (templates, inside the wheel or beside the package in a checkout).
+files it ships (templates/ and docker/: inside the wheel, or beside the package in a checkout).
 
 `KBUILD_CACHE_DIR` overrides the cache's location (tests give each run its own)."""
 
@@ -9,7 +9,12 @@ import hashlib
 import os
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+from kernel_builder.errors import KbuildError
+
+# The installed package, and the folder above it: a kbuild checkout (with .git, pyproject.toml,
+# templates/ and docker/) when kbuild runs from source.
+PACKAGE_DIR = Path(__file__).resolve().parent
+CHECKOUT_DIR = PACKAGE_DIR.parent
 
 
 def cache_dir(*parts: str) -> Path:
@@ -29,9 +34,17 @@ def short_key(text: str, length: int = 16) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
+def _shipped(folder: str, marker: str, what: str) -> Path:
+    """`folder`, packaged as kernel_builder/<folder> in a wheel, top-level in a checkout."""
+    for base in (PACKAGE_DIR / folder, CHECKOUT_DIR / folder):
+        if (base / marker).exists():
+            return base
+    raise KbuildError(f"kbuild's {folder}/ folder ({what}) is missing; reinstall kbuild")
+
+
 def templates_dir(*parts: str) -> Path:
-    """`templates/<parts>`: packaged as kernel_builder/templates in a wheel, top-level in a checkout."""
-    for base in (_PACKAGE / "templates", _PACKAGE.parent / "templates"):
-        if base.is_dir():
-            return base.joinpath(*parts)
-    raise FileNotFoundError("kbuild's templates folder is missing; reinstall kbuild")
+    return _shipped("templates", "build", "the templates it renders").joinpath(*parts)
+
+
+def docker_dir(*parts: str) -> Path:
+    return _shipped("docker", "Dockerfile.cpu", "the build images' Dockerfiles").joinpath(*parts)

@@ -25,11 +25,8 @@ from conftest import REPO
 from hub_fixture import hub_env
 from kernel_builder.scaffold.ci_github import WORKFLOW_PATH, check_complete, job_matrices
 from kernel_builder.cli.main import app
-from kernel_builder.cli.ci import add_ci_commands
 from kernel_builder.errors import KbuildError
 from kernel_builder.scaffold.new_kernel import scaffold
-
-add_ci_commands(app)  # idempotent: cli.py may register it already
 
 KERNELS = {"cpu": ["cpu"], "cuda-rocm": ["cuda", "rocm"], "all": ["cpu", "cuda", "metal", "rocm", "xpu"]}
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -49,9 +46,7 @@ def kbuild_bin(tmp_path_factory) -> Path:
     script = folder / "kbuild"
     script.write_text(
         f"#!{sys.executable}\n"
-        "from kernel_builder.cli.main import app, main\n"
-        "from kernel_builder.cli.ci import add_ci_commands\n"
-        "add_ci_commands(app)\n"
+        "from kernel_builder.cli.main import main\n"
         "main()\n"
     )
     script.chmod(0o755)

@@ -400,12 +400,8 @@ def test_no_engine_is_one_clear_error(tmp_path, monkeypatch):
 
 
 # -- kbuild docker build-images --------------------------------------------------------------
-# The real entry point (cli.main, which turns a KbuildError into one line), with the docker
-# commands registered as cli.py registers them.
-ENTRY = (
-    "from kernel_builder.cli import main as cli; from kernel_builder.cli.docker import add_docker_commands; "
-    "add_docker_commands(cli.app); cli.main()"
-)
+# The real entry point (cli.main, which turns a KbuildError into one line).
+ENTRY = "from kernel_builder.cli import main as cli; cli.main()"
 
 
 def kbuild_docker(*args: str, env: dict | None = None, cwd: Path) -> subprocess.CompletedProcess:

@@ -18,14 +18,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from kernel_builder.doctor import checkup as doctor
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.compile.backends.cpu import cxx_compiler
 from kernel_builder.compile.backends.cuda import nvcc_path
-from kernel_builder.cli.doctor import add_doctor_command
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "fixtures" / "tiny"
@@ -70,12 +68,7 @@ def report():
 
 @pytest.fixture(scope="module")
 def cli_app():
-    app = typer.Typer()
-    add_doctor_command(app)
-
-    @app.command()
-    def other() -> None:  # a second command, so that typer keeps `doctor` as a subcommand
-        pass
+    from kernel_builder.cli.main import app
 
     return app
 
@@ -275,7 +268,6 @@ def test_text_report(cli_app):
 
 
 def test_registered_once(cli_app):
-    add_doctor_command(cli_app)
     assert sum(c.name == "doctor" for c in cli_app.registered_commands) == 1
 
 
@@ -283,9 +275,7 @@ def test_bad_kernel_dir_is_one_line_error(tmp_path):
     """Through kbuild's own entry point, as the lead wires it: exit 2, one line, no traceback."""
     script = tmp_path / "kbuild_doctor.py"
     script.write_text(
-        "from kernel_builder.cli.main import app, main\n"
-        "from kernel_builder.cli.doctor import add_doctor_command\n"
-        "add_doctor_command(app)\n"
+        "from kernel_builder.cli.main import main\n"
         "main()\n"
     )
     result = subprocess.run(

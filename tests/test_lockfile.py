@@ -188,12 +188,8 @@ def test_read_dependencies(tmp_path):
 
 
 # == end to end: `kbuild lock` and locked loads against the local Hub test server ===========
-# `kbuild lock` through kbuild's own entry point (which turns KbuildError into one line),
-# registered here in case cli.py does not register it yet.
-KBUILD = (
-    "import sys, kernel_builder.cli.main as cli; from kernel_builder.cli.lock import add_lock_command; "
-    "add_lock_command(cli.app); sys.argv[0] = 'kbuild'; cli.main()"
-)
+# `kbuild lock` through kbuild's own entry point (which turns KbuildError into one line).
+KBUILD = "import sys, kernel_builder.cli.main as cli; sys.argv[0] = 'kbuild'; cli.main()"
 
 
 def kbuild_lock(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.compile.compiler_cache import find_compiler_cache
 from kernel_builder.environments.choice import EnvChooser
-from kernel_builder.errors import KbuildError, VariantError
+from kernel_builder.errors import KbuildError, UsageError, VariantError
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.kernel.fusion import load_fusions
 from kernel_builder.kernel.manifest import Manifest, load_manifest
@@ -93,7 +93,7 @@ def build_kernel(
     style = naming_style(variant_names, variants)
     requested = variants if selected is None else tuple(v.with_style(style) for v in selected)
     if runner not in RUNNERS:
-        raise KbuildError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}", 2)
+        raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
     with build_lock(manifest, out, on_wait):
         with writing_to(out):
             remove_stale_staging(out)

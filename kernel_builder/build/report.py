@@ -9,16 +9,6 @@ from pathlib import Path
 from kernel_builder.runners.result import BUILT, CANCELLED, CHECKED, FAILED, SKIPPED, UP_TO_DATE, JobResult
 
 
-def human_size(size: int | None) -> str:
-    if size is None:
-        return ""
-    for unit in ("B", "KB", "MB"):
-        if size < 1024 or unit == "MB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return ""
-
-
 @dataclass(frozen=True)
 class BuildReport:
     kernel: str

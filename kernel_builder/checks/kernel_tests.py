@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.environments.runtime_overlay import IMPORT_PIP
 from kernel_builder.environments.runtime_overlay import RuntimeEnvError, kernel_runtime_needs, runtime_python
@@ -125,7 +125,7 @@ def tests_folder(kernel_dir: Path) -> Path:
     """KERNEL_DIR/tests, or a one-line error before anything is built."""
     tests_dir = kernel_dir / "tests"
     if not tests_dir.is_dir():
-        raise KbuildError(f"no tests/ folder in {kernel_dir}: `kbuild test` runs the kernel's own tests from there", exit_code=2)
+        raise UsageError(f"no tests/ folder in {kernel_dir}: `kbuild test` runs the kernel's own tests from there")
     return tests_dir
 
 
@@ -138,10 +138,9 @@ def machine_selection(manifest: Manifest) -> str:
 
     system = detect_system()
     if system.backend not in manifest.general.backends:
-        raise KbuildError(
+        raise UsageError(
             f"{manifest.name} has no {system.backend} backend (it has {', '.join(manifest.general.backends)}): "
-            f"its tests need one of those devices, and this machine's is {system.backend}",
-            exit_code=2,
+            f"its tests need one of those devices, and this machine's is {system.backend}"
         )
     torch = f" torch={system.torch[0]}.{system.torch[1]}" if system.torch else ""
     return f"backend={system.backend}{torch}"
@@ -155,7 +154,7 @@ def choose_variant(kernel_dir: Path, variant: str | None) -> Path:
     if variant is not None:
         folder = kernel_dir / "build" / variant
         if not (folder / "metadata.json").is_file():
-            raise KbuildError(f"variant {variant} is not built in {kernel_dir / 'build'} and could not be built here", exit_code=2)
+            raise UsageError(f"variant {variant} is not built in {kernel_dir / 'build'} and could not be built here")
         return folder
     try:
         return find_variant(kernel_dir)

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 import kernel_builder
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.loader import STAGING_PREFIX, read_metadata
 from kernel_builder.runtime.system import detect_arch, detect_os
@@ -47,10 +47,8 @@ _SYMBOLS_SHOWN = 3  # names listed per finding: enough to find the call, short e
 _IMPORT_TIMEOUT_S = 300
 
 
-class CheckTargetError(KbuildError):
+class CheckTargetError(UsageError):
     """`kbuild check` was pointed at something that holds no variant folders."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -11,33 +11,25 @@ from typing import List, Optional
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import register_once, sub_app
+from kernel_builder.cli.output import sub_app
+from kernel_builder.errors import UsageError
 
 ci_app = sub_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
 
 
-def add_ci_commands(app: typer.Typer) -> None:
-    """Register `kbuild ci ...` on `app` (once)."""
-    register_once(app, ci_app, "ci", "Write a kernel repo's CI workflow (GitHub Actions), and run its steps.")
-
-
-
-
 def _positive_shards(shards: Optional[int]) -> None:
-    from kernel_builder.errors import KbuildError
 
     if shards is not None and shards < 1:
-        raise KbuildError(f"--shards {shards}: use a positive number of build jobs", 2)
+        raise UsageError(f"--shards {shards}: use a positive number of build jobs")
 
 
 def _parse_gpu_runners(values: List[str]) -> tuple:
-    from kernel_builder.errors import KbuildError
 
     pairs = []
     for value in values:
         backend, sep, label = value.partition("=")
         if not sep or not backend.strip() or not label.strip():
-            raise KbuildError(f"--gpu-runner {value!r}: expected BACKEND=LABEL, e.g. cuda=gpu-a100", 2)
+            raise UsageError(f"--gpu-runner {value!r}: expected BACKEND=LABEL, e.g. cuda=gpu-a100")
         pairs.append((backend.strip(), label.strip()))
     return tuple(pairs)
 
@@ -73,11 +65,10 @@ def github(
         WorkflowOptions,
         write_workflow,
     )
-    from kernel_builder.errors import KbuildError
 
     _positive_shards(shards)
     if not 1 <= build_timeout <= 360:
-        raise KbuildError(f"--build-timeout {build_timeout}: GitHub allows 1 to 360 minutes per job", 2)
+        raise UsageError(f"--build-timeout {build_timeout}: GitHub allows 1 to 360 minutes per job")
     options = WorkflowOptions(
         matrix=matrix if matrix is not None else DEFAULT_MATRIX,
         shards=shards,
@@ -107,15 +98,14 @@ def matrix_command(
 ) -> None:
     """Print the workflow's job matrices from a plan: one line of JSON {build, test, gpu, variants}."""
     from kernel_builder.scaffold.ci_github import job_matrices
-    from kernel_builder.errors import KbuildError
 
     _positive_shards(shards)
     try:
         rows = json.loads(plan_json.read_text())
     except (OSError, ValueError) as e:
-        raise KbuildError(f"cannot read the plan {plan_json}: {e}", 2) from None
+        raise UsageError(f"cannot read the plan {plan_json}: {e}") from None
     if not isinstance(rows, list):
-        raise KbuildError(f"{plan_json} is not the output of `kbuild plan --json` (a list of rows)", 2)
+        raise UsageError(f"{plan_json} is not the output of `kbuild plan --json` (a list of rows)")
     sys.stdout.write(json.dumps(job_matrices(rows, shards), separators=(",", ":")) + "\n")
 
 

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import register_once, sub_app
+from kernel_builder.cli.output import print_json, sub_app
 
 docker_app = sub_app("Build images for `kbuild build --runner docker`: one per backend family, torch and toolkit version.")
-
-
-def add_docker_commands(app: typer.Typer) -> None:
-    """Register `kbuild docker ...` on `app` (once)."""
-    register_once(app, docker_app, "docker", "Build the images that `kbuild build --runner docker` builds in.")
-
-
 
 
 def default_selector() -> str:
@@ -83,7 +74,7 @@ def build_images_command(
     images, skipped = build_images(variants, dry_run=dry_run, rebuild=rebuild, say=say)
     if as_json:
         data = {"images": [i.to_json() for i in images], "skipped": [{"variant": v, "reason": r} for v, r in skipped]}
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        print_json(data)
     else:
         console = _console()
         for _, reason in skipped:

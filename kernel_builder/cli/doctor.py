@@ -3,18 +3,15 @@ rest (kernel_builder.doctor.checkup computes it; this prints it)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from kernel_builder.cli.output import console as _console
+from kernel_builder.cli.output import print_json
 
 STATUS = {"ok": "[green]ok[/]", "limited": "[yellow]limited[/]", "missing": "[red]missing[/]"}
-
-
 
 
 def doctor(
@@ -27,15 +24,9 @@ def doctor(
 
     report = diagnose(kernel_dir, env)
     if as_json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+        print_json(report.to_json())
         return
     print_report(report)
-
-
-def add_doctor_command(app: typer.Typer) -> None:
-    """Register `kbuild doctor` on `app` (once)."""
-    if not any(command.callback is doctor for command in app.registered_commands):
-        app.command("doctor")(doctor)
 
 
 # -- the text report ------------------------------------------------------------------------
@@ -116,7 +107,7 @@ def _docker_row(d):
 def _cache_row(c):
     if c.tool is None:
         return (STATUS["missing"], "compiler cache", c.reason, c.install)
-    from kernel_builder.build.report import human_size
+    from kernel_builder.formatting import human_size
 
     size = f", {human_size(c.size_bytes)}" if c.size_bytes is not None else ""
     return (STATUS["ok"], "compiler cache", f"{c.tool} ({c.path}), cache in {c.directory}{size}", None)

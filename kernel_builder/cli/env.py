@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import List, Optional
 
 import typer
 
 from kernel_builder.cli.output import console as _console
+from kernel_builder.cli.output import print_json
+from kernel_builder.formatting import human_size
 
 env_app = typer.Typer(
     help="Managed build environments: one virtual environment per torch version and compute, "
@@ -19,10 +19,6 @@ env_app = typer.Typer(
 )
 
 
-
-
-def _gb(size_bytes: int) -> str:
-    return f"{size_bytes / 1e9:.2f} GB"
 
 
 def _when(moment) -> str:
@@ -41,7 +37,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print the environm
 
     envs, overlays = list_envs(), list_overlays()
     if as_json:
-        sys.stdout.write(json.dumps([*(e.to_json() for e in envs), *(o.to_json() for o in overlays)], indent=2) + "\n")
+        print_json([*(e.to_json() for e in envs), *(o.to_json() for o in overlays)])
         return
     _print_overlays(overlays)
     if not envs:
@@ -54,7 +50,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print the environm
     for e in envs:
         torch = escape(e.torch_version) if e.complete and e.torch_version else "[red]incomplete[/]"
         compute = e.spec.compute if e.spec else "?"
-        table.add_row(escape(e.key), torch, compute, _gb(e.size_bytes), _when(e.last_used), escape(str(e.path)))
+        table.add_row(escape(e.key), torch, compute, human_size(e.size_bytes), _when(e.last_used), escape(str(e.path)))
     _console().print(table)
 
 
@@ -72,7 +68,7 @@ def _print_overlays(overlays) -> None:
     table.add_column("base", overflow="fold")
     for o in overlays:
         packages = escape(" ".join(o.packages)) if o.complete else "[red]incomplete or base gone[/]"
-        table.add_row(escape(o.key), packages, _gb(o.size_bytes), _when(o.last_used), escape(o.base or "?"))
+        table.add_row(escape(o.key), packages, human_size(o.size_bytes), _when(o.last_used), escape(o.base or "?"))
     _console().print(table)
 
 
@@ -121,12 +117,12 @@ def prune(
     # After the environments: an overlay on a removed environment is an orphan and goes too.
     removed += prune_overlays(all=remove_all, older_than_days=older_than, keys=tuple(k for k in keys if k in overlay_keys))
     if as_json:
-        sys.stdout.write(json.dumps([e.to_json() for e in removed], indent=2) + "\n")
+        print_json([e.to_json() for e in removed])
         return
     console = _console()
     if not removed:
         console.print("nothing to remove")
         return
     for e in removed:
-        console.print(f"removed {escape(e.key)}{'' if e.complete else ' (incomplete)'}  {_gb(e.size_bytes)}")
-    console.print(f"freed {_gb(sum(e.size_bytes for e in removed))}")
+        console.print(f"removed {escape(e.key)}{'' if e.complete else ' (incomplete)'}  {human_size(e.size_bytes)}")
+    console.print(f"freed {human_size(sum(e.size_bytes for e in removed))}")

@@ -3,13 +3,13 @@ then run the kernel's own tests against the built variant (kernel_builder/kernel
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from kernel_builder.cli.output import console as _console
+from kernel_builder.cli.output import print_json
 from kernel_builder.errors import KbuildError
 
 
@@ -47,7 +47,7 @@ def test(
         base_python=variant_python(variant_dir.name), capture=as_json,
     )
     if as_json:
-        typer.echo(json.dumps(run.to_json(), indent=2))
+        print_json(run.to_json())
     else:
         console.print(escape(run.summary()))
         for s in run.skipped:
@@ -59,8 +59,3 @@ def test(
     if run.exit_code:
         raise typer.Exit(run.exit_code)
 
-
-def add_test_command(app: typer.Typer) -> None:
-    """Register `kbuild test` on `app` (once)."""
-    if not any(c.name == "test" for c in app.registered_commands):
-        app.command("test")(test)

@@ -33,8 +33,3 @@ def lock(
         console.print(escape(f"locked {e.repo_id} ({asked}) at {e.sha[:7]}, {len(e.variants or {})} variants"))
     console.print(escape(f"wrote {path}"))
 
-
-def add_lock_command(app: typer.Typer) -> None:
-    """Register `kbuild lock` on `app` (once)."""
-    if not any(c.name == "lock" for c in app.registered_commands):
-        app.command("lock")(lock)

@@ -4,7 +4,6 @@ A KbuildError becomes one line on stderr and its exit code; never a traceback.""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -13,6 +12,7 @@ import typer
 
 from kernel_builder import __version__
 from kernel_builder.cli.output import console as _console
+from kernel_builder.cli.output import print_json
 from kernel_builder.errors import KbuildError
 
 app = typer.Typer(
@@ -35,10 +35,6 @@ def _options(
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version, help="Print kbuild's version."),
 ) -> None:
     """Build, check and publish compute kernels for the Hugging Face Kernel Hub."""
-
-
-def _print_json(data) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def _print_variant_rows(title: str, rows: list[dict]) -> None:
@@ -84,7 +80,6 @@ CREATE_ENV_OPTION = typer.Option(
 )
 
 
-@app.command()
 def build(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
     variant: Optional[List[str]] = typer.Option(
@@ -152,7 +147,7 @@ def build(
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
     )
     if as_json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         _print_build_report(console, report)
     if not report.ok:
@@ -171,7 +166,7 @@ def _print_build_report(console, report) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from kernel_builder.build.report import human_size
+    from kernel_builder.formatting import human_size
 
     jobs = [r for r in report.results if r.status != "skipped"]
     for r in jobs:
@@ -206,7 +201,6 @@ def _print_build_report(console, report) -> None:
     console.print(escape(f"{report.summary_line()}; output in {report.out_dir}"))
 
 
-@app.command()
 def plan(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
     matrix: Optional[str] = MATRIX_OPTION,
@@ -230,13 +224,12 @@ def plan(
     requested = tuple(v.with_style(style) for v in selected or ())
     rows = plan_build(manifest, chooser, out, requested, skip_unbuildable=True, style=style).rows(chooser)
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     builds = sum(row["buildable"] for row in rows)
     _print_variant_rows(f"{manifest.name}: {builds} of {len(rows)} build here ({_environments_title(chooser)})", rows)
 
 
-@app.command()
 def check(
     build_dir: Path = typer.Argument(Path("."), help="A kernel repo (checks every variant in its build/), a build/ folder or one variant folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -249,7 +242,7 @@ def check(
 
     reports = check_build(build_dir)
     if as_json:
-        _print_json([r.to_json() for r in reports])
+        print_json([r.to_json() for r in reports])
     else:
         console = _console()
         style = {OK: "[green]ok[/]", FAILED: "[red]FAILED[/]", WARNING: "[yellow]warning[/]"}
@@ -266,7 +259,6 @@ def check(
         raise typer.Exit(1)
 
 
-@app.command()
 def publish(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml and build/)."),
     tag: str = typer.Option(..., "--tag", "-t", help="The release, vMAJOR.MINOR.PATCH; MAJOR must be build.toml's version."),
@@ -288,7 +280,7 @@ def publish(
     plan = plan_publish(kernel_dir, tag, repo_id, allow_dirty)
     if dry_run:
         if as_json:
-            _print_json(plan.to_json())
+            print_json(plan.to_json())
             return
         out = _console()
         out.print(f"would publish {escape(plan.repo_id)}: branch {plan.branch}, tag {plan.tag}, "
@@ -302,13 +294,12 @@ def publish(
     if as_json:
         from dataclasses import asdict
 
-        _print_json(asdict(done))
+        print_json(asdict(done))
         return
     where = f"tag {done.tag}" if done.tag else f"pull request {done.pull_request}"
     console.print(f"published {escape(done.repo_id)} {where} at {done.commit[:12]} (branch {done.branch}, {done.repo_type} repo)")
 
 
-@app.command()
 def variants(
     kernel_dir: Optional[Path] = typer.Argument(None, help="Limit to what this kernel repo supports."),
     env: Optional[Path] = typer.Option(None, "--env", help="Judge with this build environment instead of the running one."),
@@ -325,12 +316,11 @@ def variants(
     chooser = EnvChooser.from_options(env)
     rows = [judge(manifest, v, chooser) for v in default_matrix().variants if v.backend in backends]
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     _print_variant_rows(f"variants ({_environments_title(chooser)})", rows)
 
 
-@app.command()
 def init(
     name: str = typer.Argument(..., help="Kernel name, kebab-case (e.g. my-kernel); also the folder created."),
     backends: str = typer.Option("cpu", "--backends", "-b", help="Comma-separated: cpu,cuda,metal,rocm,xpu."),
@@ -343,7 +333,6 @@ def init(
     _console().print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
 
 
-@app.command()
 def demo(
     workdir: Optional[Path] = typer.Option(None, "--dir", help="Where to scaffold (default: a new temp folder)."),
 ) -> None:
@@ -354,31 +343,29 @@ def demo(
     run_demo(workdir, say=console.print)
 
 
-def _add_env_commands() -> None:
-    from kernel_builder.cli.ci import add_ci_commands
-    from kernel_builder.cli.docker import add_docker_commands
-    from kernel_builder.cli.doctor import add_doctor_command
-    from kernel_builder.cli.env import env_app
-    from kernel_builder.cli.lock import add_lock_command
-    from kernel_builder.cli.migrate import add_migrate_command
-    from kernel_builder.cli.kernel_test import add_test_command
-
-    app.add_typer(env_app, name="env", help="List, create and prune kbuild's cached build environments.")
-    add_docker_commands(app)
-    add_lock_command(app)
-    add_migrate_command(app)
-    add_doctor_command(app)
-    add_ci_commands(app)
-    add_test_command(app)
-
-
-_add_env_commands()
-
-
-@app.command()
 def version() -> None:
     """Print kbuild's version (also `kbuild --version`)."""
     typer.echo(f"kbuild {__version__}")
+
+
+def _register_commands() -> None:
+    """Every command and command group of `kbuild`, in the order `kbuild --help` lists them."""
+    from kernel_builder.cli import ci, docker, doctor, env, kernel_test, lock, migrate
+
+    commands = {
+        "init": init, "build": build, "plan": plan, "variants": variants, "check": check, "test": kernel_test.test,
+        "publish": publish, "lock": lock.lock, "migrate": migrate.migrate, "doctor": doctor.doctor, "demo": demo,
+        "version": version,
+    }
+    groups = {
+        "env": (env.env_app, "List, create and prune kbuild's cached build environments."),
+        "docker": (docker.docker_app, "Build the images that `kbuild build --runner docker` builds in."),
+        "ci": (ci.ci_app, "Write a kernel repo's CI workflow (GitHub Actions), and run its steps."),
+    }
+    for name, command in commands.items():
+        app.command(name)(command)
+    for name, (group, help_text) in groups.items():
+        app.add_typer(group, name=name, help=help_text)
 
 
 def main() -> None:
@@ -406,6 +393,8 @@ def main() -> None:
             sys.exit(1)
         raise
 
+
+_register_commands()
 
 if __name__ == "__main__":
     main()

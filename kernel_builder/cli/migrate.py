@@ -30,8 +30,3 @@ def migrate(
     else:
         console.print(escape(f"{result.path}: migrated from {old} to edition 6"))
 
-
-def add_migrate_command(app: typer.Typer) -> None:
-    """Register `kbuild migrate` on `app` (once)."""
-    if not any(c.name == "migrate" for c in app.registered_commands):
-        app.command("migrate")(migrate)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.paths import cache_dir
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import UsageError
 
 TOOLS = ("ccache", "sccache")  # in order of preference
 SETTING = "KBUILD_COMPILER_CACHE"
@@ -105,7 +105,7 @@ def find_compiler_cache(enabled: bool | None = None) -> CompilerCache | None:
     Asking for a tool that is missing is an error that says how to get it."""
     setting = os.environ.get(SETTING, "").strip().lower()
     if setting not in ("", "auto", "none", *TOOLS):
-        raise KbuildError(f"{SETTING} must be one of ccache, sccache, none (or unset), got {setting!r}", 2)
+        raise UsageError(f"{SETTING} must be one of ccache, sccache, none (or unset), got {setting!r}")
     if enabled is False or (enabled is None and setting == "none"):
         return None
     wanted = (setting,) if setting in TOOLS else TOOLS
@@ -116,8 +116,7 @@ def find_compiler_cache(enabled: bool | None = None) -> CompilerCache | None:
             return CompilerCache(tool, path, Path(directory) if directory else cache_dir(tool))
     if enabled or setting in TOOLS:
         names = " or ".join(wanted)
-        raise KbuildError(
+        raise UsageError(
             f"no compiler cache: {names} is not on PATH; install it (e.g. apt-get install ccache) "
-            "or build with --no-compiler-cache", 2
-        )
+            "or build with --no-compiler-cache")
     return None

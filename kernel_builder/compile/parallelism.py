@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import UsageError
 
 # Peak memory of one compiler process on a torch translation unit (measured here: g++
 # about 1 GB, nvcc's per-architecture backend about 1.5 GB; with headroom).
@@ -53,7 +53,7 @@ def positive_count(value: int | str | None, name: str) -> int | None:
     except ValueError:
         number = 0
     if number < 1:
-        raise KbuildError(f"{name} must be a whole number of at least 1, got {value!r}", 2)
+        raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
     return number
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from kernel_builder.compile.backends import Unavailable, get_backend, tool_version
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.environments.probe import BuildEnv
-from kernel_builder.errors import KbuildError
+from kernel_builder.formatting import human_size
+from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.variants import BACKENDS, default_matrix
 
 # Statuses of a backend: a variant of the default matrix builds here; only its toolchain is
@@ -250,7 +251,7 @@ def toolchain(backend: str) -> BackendFinding:
         ids = metal.MetalBackend().toolchain_ids()
         line = ids[0] if ids else None
         return _with(found, path=shutil.which("xcrun"), version_line=line, version=_short_version(line))
-    raise KbuildError(f"unknown backend '{backend}'; backends are {', '.join(BACKENDS)}", 2)
+    raise UsageError(f"unknown backend '{backend}'; backends are {', '.join(BACKENDS)}")
 
 
 def _with(finding: BackendFinding, **fields) -> BackendFinding:
@@ -424,19 +425,17 @@ def resources(envs: tuple[EnvironmentFinding, ...] = ()) -> ResourceFinding:
     if free < needed:
         what = "a build" if has_cuda_env else "a CUDA environment and a build"
         shortfalls.append(
-            f"disk: {_gb(free)} free in {folder}, a first CUDA build needs about {_gb(needed)} ({what}); "
+            f"disk: {human_size(free)} free in {folder}, a first CUDA build needs about {human_size(needed)} ({what}); "
             "free space (`kbuild env prune`) or set KBUILD_CACHE_DIR / KBUILD_ENVS_DIR elsewhere"
         )
     venvs = envs_root()
     if venvs.stat().st_dev != folder.stat().st_dev and not has_cuda_env:
         env_free = shutil.disk_usage(venvs).free
         if env_free < CUDA_ENV_DISK:
-            shortfalls.append(f"disk: {_gb(env_free)} free in {venvs}, a CUDA environment needs about {_gb(CUDA_ENV_DISK)}")
+            shortfalls.append(f"disk: {human_size(env_free)} free in {venvs}, a CUDA environment needs about {human_size(CUDA_ENV_DISK)}")
     return ResourceFinding(cores, memory, MEMORY_PER_COMPILE, jobs, str(folder), free, needed, tuple(shortfalls))
 
 
-def _gb(size: int) -> str:
-    return f"{size / 1e9:.1f} GB"
 
 
 def _gib(size: int) -> str:

@@ -10,6 +10,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_builder.paths import CHECKOUT_DIR
+
 
 @dataclass(frozen=True)
 class GitState:
@@ -56,7 +58,6 @@ def _inside(path: Path, top: Path) -> bool:
 
 def kbuild_git_state() -> GitState | None:
     """kbuild's own git state when it runs from a checkout (None for an installed wheel)."""
-    package = Path(__file__).resolve().parent
-    if not (package.parent / ".git").exists():
+    if not (CHECKOUT_DIR / ".git").exists():
         return None
-    return git_state(package.parent)
+    return git_state(CHECKOUT_DIR)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.checks.variant_checks import check_build, variant_folders
-from kernel_builder.errors import KbuildError
+from kernel_builder.formatting import first_line
+from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.hub_names import repo_id_problem
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.build.plan import kernel_identity
@@ -81,25 +82,24 @@ class Published:
 def parse_tag(tag: str, version: int) -> tuple[int, int, int]:
     match = TAG_RE.match(tag)
     if not match:
-        raise PublishError(f"--tag {tag!r}: expected vMAJOR.MINOR.PATCH, e.g. v{version}.0.0", 2)
+        raise UsageError(f"--tag {tag!r}: expected vMAJOR.MINOR.PATCH, e.g. v{version}.0.0")
     numbers = tuple(int(n) for n in match.groups())
     if numbers[0] != version:
-        raise PublishError(
+        raise UsageError(
             f"--tag {tag}: its major version {numbers[0]} must equal build.toml's [general] version = {version} "
-            f"(tag v{version}.x.y, or raise the version in build.toml and rebuild)", 2
-        )
+            f"(tag v{version}.x.y, or raise the version in build.toml and rebuild)")
     return numbers  # type: ignore[return-value]
 
 
 def _repo_id(manifest: Manifest, repo_id: str | None) -> str:
     chosen = repo_id or (manifest.general.hub.repo_id if manifest.general.hub else None)
     if not chosen:
-        raise PublishError(f"no repo id for '{manifest.name}': pass --repo-id ORG/NAME or set [general.hub] repo-id in build.toml", 2)
+        raise UsageError(f"no repo id for '{manifest.name}': pass --repo-id ORG/NAME or set [general.hub] repo-id in build.toml")
     # Checked here, before any call: huggingface_hub would raise HFValidationError mid-publish.
     problem = repo_id_problem(chosen)
     if problem:
         source = "--repo-id" if repo_id else f"{manifest.root / 'build.toml'}: [general.hub] repo-id"
-        raise PublishError(f"{source} {chosen!r}: {problem} (the Hub's rule for ORG/NAME)", 2)
+        raise UsageError(f"{source} {chosen!r}: {problem} (the Hub's rule for ORG/NAME)")
     return chosen
 
 
@@ -299,7 +299,7 @@ def _check_token(api) -> None:
         raise PublishError(f"{constants.ENDPOINT} rejected the Hugging Face token (HTTP {status}): "
                            "check HF_TOKEN or run `hf auth login` again") from None
     except OSError as e:
-        raise PublishError(f"cannot reach {constants.ENDPOINT}: {_first_line(e)}") from None
+        raise PublishError(f"cannot reach {constants.ENDPOINT}: {first_line(e)}") from None
 
 
 def _create_repo(api, repo_id: str, private: bool, say: Callable[[str], None]) -> str:
@@ -361,6 +361,3 @@ def _hub_message(error) -> str:
     return (useful or lines or [type(error).__name__])[0]
 
 
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -34,6 +34,7 @@ import kernel_builder
 from kernel_builder.paths import cache_dir
 from kernel_builder.runners.docker_images import HOME, VENV, ImageSpec, image_for
 from kernel_builder.errors import KbuildError
+from kernel_builder.formatting import first_line
 from kernel_builder.runners.docker_engine import docker_client
 from kernel_builder.compile.parallelism import Parallelism
 from kernel_builder.runners.result import JobResult
@@ -280,7 +281,7 @@ def run_container(
     except ImageNotFound:
         raise KbuildError(f"build image {spec.image} is not built: run `kbuild docker build-images` for this variant") from None
     except (DockerException, RequestException) as e:
-        raise KbuildError(f"docker could not create the build container from {spec.image}: {_first_line(e)}") from None
+        raise KbuildError(f"docker could not create the build container from {spec.image}: {first_line(e)}") from None
     try:
         container.start()
         with log_file.open("w") as log:
@@ -293,7 +294,7 @@ def run_container(
         status = container.wait()
         stdout = container.logs(stdout=True, stderr=False)
     except (DockerException, RequestException) as e:
-        raise KbuildError(f"the build container of {spec.labels.get('kbuild.variant', spec.image)} failed to run: {_first_line(e)}") from None
+        raise KbuildError(f"the build container of {spec.labels.get('kbuild.variant', spec.image)} failed to run: {first_line(e)}") from None
     finally:
         try:
             container.remove(force=True)  # also stops it when we are interrupted
@@ -326,12 +327,6 @@ def parse_report(stdout: str) -> list | dict | None:
             except ValueError:
                 continue
     return None
-
-
-def _first_line(error: Exception) -> str:
-    explanation = getattr(error, "explanation", None) or str(error)
-    lines = [line.strip() for line in str(explanation).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
 
 
 # -- one job ----------------------------------------------------------------------------

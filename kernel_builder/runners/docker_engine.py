@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import KbuildError, UsageError
 
 
 def docker_client():
@@ -15,7 +15,7 @@ def docker_client():
     except ImportError:
         docker = None
     if not hasattr(docker, "from_env"):  # not installed, or a folder named docker shadows it
-        raise KbuildError("the docker runner needs the Docker SDK for Python: pip install 'kbuild[docker]'", 2)
+        raise UsageError("the docker runner needs the Docker SDK for Python: pip install 'kbuild[docker]'")
     host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         client = docker.from_env()

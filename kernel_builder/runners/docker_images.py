@@ -38,9 +38,10 @@ import tomllib
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.environments.store import EnvSpec, pip_request
 from kernel_builder.errors import KbuildError
+from kernel_builder.paths import CHECKOUT_DIR, docker_dir
+from kernel_builder.formatting import first_line
 from kernel_builder.variants import Kind, Matrix, Variant, default_matrix
 
-_PACKAGE = Path(__file__).resolve().parent
 
 FAMILIES = ("cpu", "cuda", "rocm", "xpu")
 # What the Dockerfiles install where; the runner's command and environment rely on it.
@@ -53,14 +54,6 @@ _PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 _TOOLKIT_ARG = {"cuda": "CUDA_VERSION", "rocm": "ROCM_VERSION", "xpu": "ONEAPI_VERSION"}
 # AMD and Intel publish their toolkits' Enterprise Linux packages for x86_64 only.
 _X86_ONLY = ("rocm", "xpu")
-
-
-def docker_dir(*parts: str) -> Path:
-    """`docker/<parts>`: packaged as kernel_builder/docker in a wheel, top-level in a checkout."""
-    for base in (_PACKAGE / "docker", _PACKAGE.parent / "docker"):
-        if (base / "Dockerfile.cpu").is_file():
-            return base.joinpath(*parts)
-    raise KbuildError("kbuild's docker/ folder (the build images' Dockerfiles) is missing; reinstall kbuild")
 
 
 def dockerfile(family: str) -> Path:
@@ -168,7 +161,7 @@ def _image(family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None,
 def kbuild_requirements() -> list[str]:
     """kbuild's runtime dependencies: from pyproject.toml in a checkout (an editable
     install's metadata can be older), else from the installed distribution."""
-    pyproject = _PACKAGE.parent / "pyproject.toml"
+    pyproject = CHECKOUT_DIR / "pyproject.toml"
     if pyproject.is_file():
         data = tomllib.loads(pyproject.read_text())
         if data.get("project", {}).get("name") == "kbuild":
@@ -268,15 +261,10 @@ def _build(client, image: ImageSpec, rebuild: bool, say: Callable[[str], None]) 
         )
         for chunk in stream:
             if "error" in chunk:
-                raise KbuildError(f"{failed} failed: {_first_line(chunk['error'])}")
+                raise KbuildError(f"{failed} failed: {first_line(chunk['error'])}")
             text = chunk.get("stream") or ("" if "progress" in chunk else chunk.get("status", ""))
             for line in str(text).splitlines():
                 if line.strip():
                     say(line.rstrip())
     except (DockerException, RequestException) as e:  # the engine refused, or went away
-        raise KbuildError(f"{failed} failed: {_first_line(str(e))}") from None
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else "no reason given"
+        raise KbuildError(f"{failed} failed: {first_line(str(e))}") from None

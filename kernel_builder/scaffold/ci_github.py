@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder import __version__
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.paths import templates_dir
 from kernel_builder.variants import Variant, default_matrix, try_parse
 
@@ -68,19 +68,17 @@ def _selected(kernel_dir: Path, options: WorkflowOptions) -> list[Variant]:
     # Noarch variants have no platform; the rest must be what ubuntu-latest's images build.
     foreign = [v.name for v in variants if v.os is not None and (v.os, v.arch) != ("linux", "x86_64")]
     if foreign:
-        raise KbuildError(
+        raise UsageError(
             f"--matrix '{options.matrix}' selects variants that GitHub's x86_64 Linux runners cannot build "
-            f"({', '.join(foreign)}); add os=linux arch=x86_64", 2
-        )
+            f"({', '.join(foreign)}); add os=linux arch=x86_64")
     if options.shards is not None and not 1 <= options.shards <= len(variants):
-        raise KbuildError(
-            f"--shards {options.shards}: use 1 to {len(variants)} (the selection has {len(variants)} variants)", 2
-        )
+        raise UsageError(
+            f"--shards {options.shards}: use 1 to {len(variants)} (the selection has {len(variants)} variants)")
     for backend, label in options.gpu_runners:
         if backend not in GPU_BACKENDS:
-            raise KbuildError(f"--gpu-runner {backend}={label}: the backend must be one of {', '.join(GPU_BACKENDS)}", 2)
+            raise UsageError(f"--gpu-runner {backend}={label}: the backend must be one of {', '.join(GPU_BACKENDS)}")
         if not any(v.backend == backend for v in variants):
-            raise KbuildError(f"--gpu-runner {backend}={label}: the selection has no {backend} variant", 2)
+            raise UsageError(f"--gpu-runner {backend}={label}: the selection has no {backend} variant")
     return variants
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kernel_builder import __version__
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.kernel.manifest import KEBAB_CASE
 from kernel_builder.paths import templates_dir
 from kernel_builder.variants import BACKENDS
@@ -59,11 +59,11 @@ def _check_backends(backends: Sequence[str]) -> list[str]:
         backends = [b.strip() for b in backends.split(",") if b.strip()]
     unknown = [b for b in backends if b not in BACKENDS]
     if len(unknown) == 1:
-        raise KbuildError(f"--backends: unknown backend {unknown[0]!r}; choose from {valid}", 2)
+        raise UsageError(f"--backends: unknown backend {unknown[0]!r}; choose from {valid}")
     if unknown:
-        raise KbuildError(f"--backends: unknown backends {', '.join(map(repr, unknown))}; choose from {valid}", 2)
+        raise UsageError(f"--backends: unknown backends {', '.join(map(repr, unknown))}; choose from {valid}")
     if not backends:
-        raise KbuildError(f"--backends: choose at least one of {valid}", 2)
+        raise UsageError(f"--backends: choose at least one of {valid}")
     return [b for b in BACKENDS if b in backends]
 
 
@@ -97,9 +97,8 @@ def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
     import jinja2
 
     if not isinstance(name, str) or not KEBAB_CASE.match(name):
-        raise KbuildError(
-            f"kernel name {name!r} is not kebab-case; use lowercase letters, digits and single '-', e.g. my-kernel", 2
-        )
+        raise UsageError(
+            f"kernel name {name!r} is not kebab-case; use lowercase letters, digits and single '-', e.g. my-kernel")
     chosen = _check_backends(backends)
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
