@@ -1,15 +1,16 @@
 """Where kbuild keeps things: its cache (probed environments, CMake work trees, logs) and the
 files it ships (templates/ and docker/: inside the wheel, or beside the package in a checkout).
 
-`KBUILD_CACHE_DIR` overrides the cache's location (tests give each run its own)."""
+`KBUILD_CACHE_DIR` overrides the cache's location (tests give each run its own);
+kernel_builder.settings reads it."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 from kernel_builder.errors import KbuildError
+from kernel_builder.settings import read_environment
 
 # The installed package, and the folder above it: a kbuild checkout (with .git, pyproject.toml,
 # templates/ and docker/) when kbuild runs from source.
@@ -18,12 +19,8 @@ CHECKOUT_DIR = PACKAGE_DIR.parent
 
 
 def cache_dir(*parts: str) -> Path:
-    base = os.environ.get("KBUILD_CACHE_DIR")
-    if base:
-        root = Path(base)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = (Path(xdg) if xdg else Path.home() / ".cache") / "kbuild"
+    environment = read_environment()
+    root = environment.cache_dir or (environment.xdg_cache_home or Path.home() / ".cache") / "kbuild"
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path

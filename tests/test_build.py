@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from conftest import REPO, kbuild
+from kernel_builder.build.options import BuildOptions
 from kernel_builder.build.pipeline import build_kernel
-from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import VariantError
 
 VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"
@@ -82,7 +82,7 @@ def test_unknown_or_foreign_variant_is_a_clear_error(tiny):
     assert "kbuild env create torch212-cpu" in result.stderr
     # An environment named with --env is never replaced by another one.
     with pytest.raises(VariantError, match="--env .* has torch 2.13"):
-        build_kernel(tiny, ("torch212-cxx11-cpu-x86_64-linux",), chooser=EnvChooser.from_options(Path(sys.executable)))
+        build_kernel(tiny, BuildOptions(variants=("torch212-cxx11-cpu-x86_64-linux",), env=Path(sys.executable)))
 
 
 def test_skipped_backend_is_reported_not_failed(tiny):
@@ -94,7 +94,7 @@ def test_skipped_backend_is_reported_not_failed(tiny):
 
 def test_out_option_writes_elsewhere(tiny, tmp_path):
     out = tmp_path / "elsewhere"
-    manifest, report = build_kernel(tiny, out_dir=out)
+    manifest, report = build_kernel(tiny, BuildOptions(out=out))
     results = report.results
     assert [r.status for r in results if r.backend == "cpu"] == ["built"]  # new output, same work tree
     assert (out / VARIANT / "metadata.json").exists()

@@ -484,6 +484,7 @@ class HostEngine:
 
 
 def test_build_runner_docker_runs_each_job_in_its_container_and_reports_its_row(tmp_path, monkeypatch):
+    from kernel_builder.build.options import BuildOptions
     from kernel_builder.build.pipeline import build_kernel
 
     engine = HostEngine(tmp_path / "home")
@@ -491,7 +492,7 @@ def test_build_runner_docker_runs_each_job_in_its_container_and_reports_its_row(
     monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
     kernel = _kernel(tmp_path)
     name = "torch{}{}-cxx11-cpu-x86_64-linux".format(*__import__("torch").__version__.split(".")[:2])
-    _, report = build_kernel(kernel, (name,), runner="docker", on_wait=lambda message: None)
+    _, report = build_kernel(kernel, BuildOptions(variants=(name,), runner="docker"), on_wait=lambda message: None)
 
     (created,) = engine.created
     assert created["image"] == image(name).tag and created["user"] == f"{os.getuid()}:{os.getgid()}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from kernel_builder.assemble.stamp import remove_stale_staging
+from kernel_builder.build.options import BuildOptions
 from kernel_builder.build.plan import kernel_work_root, naming_style, plan_build
 from kernel_builder.build.report import BuildReport
 from kernel_builder.build.scheduler import Scheduler, plan_slots
@@ -20,13 +21,12 @@ from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.compile.compiler_cache import find_compiler_cache
 from kernel_builder.environments.choice import EnvChooser
-from kernel_builder.errors import KbuildError, UsageError, VariantError
+from kernel_builder.errors import KbuildError
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.kernel.fusion import load_fusions
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.kernel.sources import input_files
 from kernel_builder.paths import cache_dir, short_key
-from kernel_builder.runners import RUNNERS
 from kernel_builder.runners.local import BuildSettings, run_job, writing_to
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import JobResult
@@ -44,61 +44,36 @@ class _Task:
 
 def build_kernel(
     kernel_dir: Path,
-    variants: tuple[str, ...] = (),
-    out_dir: Path | None = None,
+    options: BuildOptions | None = None,
+    *,
     chooser: EnvChooser | None = None,
-    jobs: int | None = None,
-    max_jobs: int | None = None,
-    nvcc_threads: int | None = None,
-    matrix: str | None = None,
-    shard: str | None = None,
-    compiler_cache: bool | None = None,
-    fail_fast: bool = False,
-    smoke_test: bool = True,
-    strict_abi: bool = False,
-    runner: str = "local",
     progress: Progress | None = None,
     on_wait: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
-    variant_names: str | None = None,
 ) -> tuple[Manifest, BuildReport]:
-    """Build `kernel_dir` for this machine (or exactly `variants`, or the `matrix` selection,
-    optionally one `shard` of it) into out_dir (default build/). Selected variants this
-    machine cannot build are skipped with the reason.
+    """Build `kernel_dir` as `options` say (default: BuildOptions(), this machine's variants
+    into KERNEL_DIR/build). Selected variants this machine cannot build are skipped with
+    the reason; a failing job does not stop the others unless `options.fail_fast`. Every
+    new variant is checked before it is installed.
 
-    `jobs` variants build at once (default: from cores and memory, kernel_builder.build.scheduler);
-    `max_jobs` and `nvcc_threads` set the compiles within one job. `compiler_cache` turns
-    the compiler cache on or off (None: KBUILD_COMPILER_CACHE, else ccache or sccache when
-    installed). A failing job does not stop the others unless `fail_fast`. Every new
-    variant is checked before it is installed (`smoke_test`: import it too); `strict_abi`
-    fails one whose symbol versions exceed manylinux_2_28 (else a warning).
-
-    `variant_names` ("legacy", the default, or "new") is the naming style of the variants
-    kbuild picks (this machine's, the `matrix` selection); `variants` are built as spelled.
-
-    `runner` "docker" builds every job in a container of its build image (building missing
-    images first) instead of in local environments: kernel_builder.runners.docker.
-
-    Another build of the same kernel or into the same output folder runs first; `on_wait`
-    says so once (and reports image builds)."""
+    `chooser` gives the build environments (default: `options.env_chooser()`); `progress`
+    shows the jobs. Another build of the same kernel or into the same output folder runs
+    first; `on_wait` says so once (and reports image builds)."""
     started = time.perf_counter()
-    found_cache = find_compiler_cache(compiler_cache)  # a missing tool that was asked for fails here
-    if matrix is not None and variants:
-        raise VariantError("--matrix and --variant both choose the variants; use one of them")
+    options = options or BuildOptions()
+    found_cache = find_compiler_cache(options.compiler_cache)  # a missing tool that was asked for fails here
     manifest = load_manifest(kernel_dir)
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
-    selected = resolve(manifest, matrix, shard)
-    chooser = chooser or EnvChooser.from_options()
+    selected = resolve(manifest, options.matrix, options.shard)
+    chooser = chooser or options.env_chooser()
     progress = progress or Progress()
-    out = Path(out_dir) if out_dir else manifest.root / "build"
-    style = naming_style(variant_names, variants)
-    requested = variants if selected is None else tuple(v.with_style(style) for v in selected)
-    if runner not in RUNNERS:
-        raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    out = Path(options.out) if options.out else manifest.root / "build"
+    style = naming_style(options.variant_names, options.variants)
+    requested = options.variants if selected is None else tuple(v.with_style(style) for v in selected)
     with build_lock(manifest, out, on_wait):
         with writing_to(out):
             remove_stale_staging(out)
-        if runner == "docker":
-            tasks, skips = _docker_tasks(manifest, out, requested, compiler_cache, lambda: settings, on_wait, style)
+        if options.runner == "docker":
+            tasks, skips = _docker_tasks(manifest, out, requested, options.compiler_cache, lambda: settings, on_wait, style)
         else:
             plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style)
             skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
@@ -107,8 +82,10 @@ def build_kernel(
                 _Task(f"({b})", b, lambda b=b, w=w: run_device_check(manifest, b, chooser, w, settings))
                 for b, w in plan.device_checks
             ]
-        slots = plan_slots(len(tasks), jobs, max_jobs, nvcc_threads)
-        settings = BuildSettings(slots, found_cache, progress, smoke_test, portable_abi=strict_abi)
+        slots = plan_slots(len(tasks), options.jobs, options.max_jobs, options.nvcc_threads)
+        settings = BuildSettings(
+            slots, found_cache, progress, import_check=options.import_check, strict_abi=options.strict_abi
+        )
         for task in tasks:
             progress.add(task.label)
 
@@ -120,7 +97,7 @@ def build_kernel(
         scheduler = Scheduler(
             work, failed=lambda r: not r.ok,
             cancelled=lambda t: JobResult(t.label, t.backend, "cancelled", detail="not started: another job failed (--fail-fast)"),
-            concurrent=slots.concurrent, fail_fast=fail_fast,
+            concurrent=slots.concurrent, fail_fast=options.fail_fast,
         )
         with progress:
             results = skips + scheduler.run(tasks)

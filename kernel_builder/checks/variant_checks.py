@@ -378,21 +378,23 @@ def _import_error(stderr: str, folder: Path, returncode: int) -> str:
 def check_variant(
     folder: Path,
     *,
-    smoke_test: bool = True,
+    import_check: bool,
+    strict_abi: bool,
     variant: Variant | None = None,
     python: str | None = None,
-    portable_abi: bool = True,
 ) -> VariantReport:
-    """Run every check on one variant folder. A build passes what it knows: the `variant`
-    (its staging folder has another name) and its environment's `python`; a local build
-    (`portable_abi` False) reports symbol versions beyond manylinux_2_28 as a warning."""
+    """Run every check on one variant folder; `import_check` imports it too. A build passes
+    what it knows: the `variant` (its staging folder has another name) and its environment's
+    `python`. Without `strict_abi` (a local build, by default) symbol versions beyond
+    manylinux_2_28 are a warning. The two have no default here: a build's come from
+    kernel_builder.build.options.BuildOptions, a built folder's from `check_build`."""
     folder = Path(folder)
     variant = variant or try_parse(folder.name)
     abi = check_abi(folder, variant)
-    if not portable_abi:
+    if not strict_abi:
         abi = _as_warning(abi, "a local build follows this machine's glibc; --runner docker builds portable variants")
     results = [abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_metadata(folder)]
-    if smoke_test:
+    if import_check:
         results.append(check_import(folder, variant, python))
     return VariantReport(folder, tuple(results))
 
@@ -425,5 +427,7 @@ def variant_folders(target: Path) -> list[Path]:
     return found
 
 
-def check_build(target: Path, *, smoke_test: bool = True) -> list[VariantReport]:
-    return [check_variant(folder, smoke_test=smoke_test) for folder in variant_folders(Path(target))]
+def check_build(target: Path, *, import_check: bool = True) -> list[VariantReport]:
+    """Check the built variants in `target` (`kbuild check`, and before `kbuild publish`):
+    what is shipped must be portable, so the ABI check is always strict here."""
+    return [check_variant(folder, import_check=import_check, strict_abi=True) for folder in variant_folders(Path(target))]

@@ -26,6 +26,7 @@ def test(
     installed in a cached test environment."""
     from rich.markup import escape
 
+    from kernel_builder.build.options import BuildOptions
     from kernel_builder.build.pipeline import build_kernel
     from kernel_builder.checks.kernel_tests import choose_variant, machine_selection, run_kernel_tests, tests_folder, variant_python
 
@@ -35,7 +36,7 @@ def test(
     tests_folder(kernel_dir)
     matrix = None if variant else machine_selection(load_manifest(kernel_dir))
     manifest, report = build_kernel(
-        kernel_dir, (variant,) if variant else (), matrix=matrix,
+        kernel_dir, BuildOptions(variants=(variant,) if variant else (), matrix=matrix),
         on_wait=lambda m: console.print(escape(m)),
     )
     failed = [r for r in report.results if r.status == "failed"]

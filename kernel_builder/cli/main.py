@@ -127,23 +127,24 @@ def build(
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
     from rich.markup import escape
 
+    from kernel_builder.build.options import BuildOptions
     from kernel_builder.build.pipeline import build_kernel
     from kernel_builder.compile.compiler_cache import find_compiler_cache
-    from kernel_builder.environments.choice import EnvChooser
-    from kernel_builder.compile.parallelism import compile_parallelism, positive_count
+    from kernel_builder.compile.parallelism import compile_parallelism
     from kernel_builder.runners.progress import progress_for
 
     console = _console(stderr=True)
     say = (lambda message: None) if as_json else (lambda message: console.print(escape(message)))
-    positive_count(jobs, "--jobs")  # bad values fail here, before any work
-    compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)
-    find_compiler_cache(compiler_cache)  # and so does a compiler cache that was asked for but is missing
-    chooser = EnvChooser.from_options(env, create=create_env, index=torch_index, say=say)
+    options = BuildOptions(  # bad flag values fail here, before any work
+        variants=tuple(variant or ()), matrix=matrix, shard=shard, variant_names=variant_names, out=out,
+        env=env, create_env=create_env, torch_index=torch_index, jobs=jobs, max_jobs=max_jobs,
+        nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, fail_fast=fail_fast,
+        import_check=import_check, strict_abi=strict_abi, runner=runner,
+    )
+    compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
+    find_compiler_cache(compiler_cache)  # and a compiler cache that was asked for but is missing
     manifest, report = build_kernel(
-        kernel_dir, tuple(variant or ()), out, chooser=chooser, jobs=jobs, max_jobs=max_jobs, nvcc_threads=nvcc_threads,
-        matrix=matrix, shard=shard, compiler_cache=compiler_cache, fail_fast=fail_fast, smoke_test=import_check,
-        strict_abi=strict_abi, runner=runner, variant_names=variant_names,
-        progress=progress_for(console, quiet=as_json),
+        kernel_dir, options, chooser=options.env_chooser(say), progress=progress_for(console, quiet=as_json),
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
     )
     if as_json:

@@ -17,16 +17,14 @@ Example:
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_builder.paths import cache_dir
 from kernel_builder.errors import UsageError
+from kernel_builder.paths import cache_dir
+from kernel_builder.settings import COMPILER_CACHE_TOOLS, read_environment
 
-TOOLS = ("ccache", "sccache")  # in order of preference
-SETTING = "KBUILD_COMPILER_CACHE"
 # The CMake languages that take a compiler launcher.
 LAUNCHED_LANGUAGES = ("C", "CXX", "CUDA", "HIP", "OBJC", "OBJCXX")
 
@@ -69,7 +67,7 @@ class CompilerCache:
         stats_log(work_dir).unlink(missing_ok=True)
         return {
             "CCACHE_DIR": str(self.directory),
-            "CCACHE_BASEDIR": os.environ.get("CCACHE_BASEDIR") or str(work_dir.parent),
+            "CCACHE_BASEDIR": read_environment().ccache_basedir or str(work_dir.parent),
             "CCACHE_STATSLOG": str(stats_log(work_dir)),
         }
 
@@ -103,18 +101,16 @@ def find_compiler_cache(enabled: bool | None = None) -> CompilerCache | None:
     """The compiler cache to use. `enabled` is the command line's choice (None: not given);
     then KBUILD_COMPILER_CACHE; then whichever of ccache, sccache is on PATH, if any.
     Asking for a tool that is missing is an error that says how to get it."""
-    setting = os.environ.get(SETTING, "").strip().lower()
-    if setting not in ("", "auto", "none", *TOOLS):
-        raise UsageError(f"{SETTING} must be one of ccache, sccache, none (or unset), got {setting!r}")
+    environment = read_environment()
+    setting = environment.compiler_cache  # a bad value fails here, even with `enabled` given
     if enabled is False or (enabled is None and setting == "none"):
         return None
-    wanted = (setting,) if setting in TOOLS else TOOLS
+    wanted = (setting,) if setting in COMPILER_CACHE_TOOLS else COMPILER_CACHE_TOOLS
     for tool in wanted:
         path = shutil.which(tool)
         if path:
-            directory = os.environ.get(f"{tool.upper()}_DIR")
-            return CompilerCache(tool, path, Path(directory) if directory else cache_dir(tool))
-    if enabled or setting in TOOLS:
+            return CompilerCache(tool, path, environment.tool_cache_dir(tool) or cache_dir(tool))
+    if enabled or setting in COMPILER_CACHE_TOOLS:
         names = " or ".join(wanted)
         raise UsageError(
             f"no compiler cache: {names} is not on PATH; install it (e.g. apt-get install ccache) "

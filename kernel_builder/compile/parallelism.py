@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from kernel_builder.errors import UsageError
+from kernel_builder.settings import positive_count, read_environment
 
 # Peak memory of one compiler process on a torch translation unit (measured here: g++
 # about 1 GB, nvcc's per-architecture backend about 1.5 GB; with headroom).
@@ -45,18 +45,6 @@ def available_memory() -> int | None:
     return None
 
 
-def positive_count(value: int | str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
-    return number
-
-
 def compile_parallelism(
     architectures: int = 1,
     jobs: int | None = None,
@@ -69,10 +57,11 @@ def compile_parallelism(
     cores = cores or available_cores()
     memory = memory if memory is not None else available_memory()
     slots = cores if memory is None else max(1, min(cores, memory // MEMORY_PER_COMPILE))
-    threads = positive_count(nvcc_threads, "--nvcc-threads") or positive_count(os.environ.get("NVCC_THREADS"), "NVCC_THREADS")
+    environment = read_environment()
+    threads = positive_count(nvcc_threads, "--nvcc-threads") or environment.nvcc_threads
     if threads is None:
         threads = max(1, min(architectures, slots))
-    wanted_jobs = positive_count(jobs, "--max-jobs") or positive_count(os.environ.get("MAX_JOBS"), "MAX_JOBS")
+    wanted_jobs = positive_count(jobs, "--max-jobs") or environment.max_jobs
     if wanted_jobs is None:
         # Each compile may run `threads` backends at once; keep the total within memory,
         # and allow one compile per core so host-only sources overlap the device ones.

@@ -34,6 +34,7 @@ from kernel_builder.paths import cache_dir
 from kernel_builder.environments.probe import BuildEnv, probe_env
 from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError, KbuildError, VariantError
 from kernel_builder.file_lock import exclusive_lock
+from kernel_builder.settings import read_environment
 from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse, xpu_version
 
 MARKER = "kbuild-env.json"
@@ -136,7 +137,7 @@ def pip_request(spec: EnvSpec, index: str | None = None) -> tuple[str, str | Non
     """
     version = f"{spec.torch[0]}.{spec.torch[1]}"
     requirement = f"torch=={version}.*"
-    index = index or os.environ.get("KBUILD_TORCH_INDEX") or None
+    index = index or read_environment().torch_index
     if index or spec.compute in _ANY_FLAVOUR:
         return requirement, index
     table = _index_table()
@@ -148,10 +149,10 @@ def pip_request(spec: EnvSpec, index: str | None = None) -> tuple[str, str | Non
 
 # -- the store ----------------------------------------------------------------------------
 def envs_root() -> Path:
-    configured = os.environ.get("KBUILD_ENVS_DIR")
-    if not configured:
+    configured = read_environment().envs_dir
+    if configured is None:
         return cache_dir("venvs")
-    root = Path(configured).absolute()
+    root = configured.absolute()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

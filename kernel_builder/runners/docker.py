@@ -38,6 +38,7 @@ from kernel_builder.formatting import first_line
 from kernel_builder.runners.docker_engine import docker_client
 from kernel_builder.compile.parallelism import Parallelism
 from kernel_builder.runners.result import JobResult
+from kernel_builder.settings import CACHE_DIR, CCACHE_DIR, COMPILER_CACHE, MAX_JOBS, NVCC_THREADS, read_environment
 from kernel_builder.variants import Variant
 
 KBUILD_PACKAGE_DIR = Path(kernel_builder.__file__).resolve().parent
@@ -129,11 +130,10 @@ def default_compiler_cache_dir(enabled: bool | None = None) -> Path | None:
     """The host folder for the containers' ccache: $CCACHE_DIR, else the one kbuild's
     local builds use; None when turned off (`enabled` False, or KBUILD_COMPILER_CACHE=none
     without `enabled`). The images bring their own ccache, so the host needs none."""
-    setting = os.environ.get("KBUILD_COMPILER_CACHE", "").strip().lower()
-    if enabled is False or (enabled is None and setting == "none"):
+    environment = read_environment()
+    if enabled is False or (enabled is None and environment.compiler_cache == "none"):
         return None
-    configured = os.environ.get("CCACHE_DIR")
-    return Path(configured).absolute() if configured else cache_dir("ccache")
+    return environment.ccache_dir.absolute() if environment.ccache_dir else cache_dir("ccache")
 
 
 def container_spec(
@@ -169,7 +169,7 @@ def container_spec(
         "HOME": HOME,
         # The caller's uid has no passwd entry in the image; getpass.getuser() reads $USER first.
         "USER": "kbuild",
-        "KBUILD_CACHE_DIR": container_path(job_cache),
+        CACHE_DIR: container_path(job_cache),
         "PYTHONPATH": container_path(package.parent),
         "PYTHONDONTWRITEBYTECODE": "1",  # the code is read-only
         # git refuses a repository owned by another uid (the mount may be root's); kbuild
@@ -179,11 +179,11 @@ def container_spec(
         "GIT_CONFIG_VALUE_0": "*",
     }
     if compiler_cache_dir:
-        environment |= {"KBUILD_COMPILER_CACHE": "ccache", "CCACHE_DIR": container_path(compiler_cache_dir.resolve())}
+        environment |= {COMPILER_CACHE: "ccache", CCACHE_DIR: container_path(compiler_cache_dir.resolve())}
     if max_jobs is not None:
-        environment["MAX_JOBS"] = str(max_jobs)
+        environment[MAX_JOBS] = str(max_jobs)
     if nvcc_threads is not None:
-        environment["NVCC_THREADS"] = str(nvcc_threads)
+        environment[NVCC_THREADS] = str(nvcc_threads)
 
     kernel = container_path(kernel_root)
     command = (

@@ -11,7 +11,7 @@ import json
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -33,13 +33,14 @@ from kernel_builder.runtime.digest import verify_digest
 
 @dataclass(frozen=True)
 class BuildSettings:
-    """What every job of one build shares, resolved once."""
+    """What every job of one build shares, resolved once (the options keep their names from
+    kernel_builder.build.options.BuildOptions, which gives their defaults)."""
 
     slots: Slots
-    compiler_cache: CompilerCache | None = None
-    progress: Progress = field(default_factory=Progress)
-    smoke_test: bool = True  # import each new variant in its environment before installing it
-    portable_abi: bool = False  # symbol versions beyond manylinux_2_28 fail the job (else warn)
+    compiler_cache: CompilerCache | None
+    progress: Progress
+    import_check: bool  # import each new variant in its environment before installing it
+    strict_abi: bool  # symbol versions beyond manylinux_2_28 fail the job (else warn)
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -115,8 +116,8 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             staging = stage_variant(job, library, wanted)
         progress.step(label, "check")
         report = check_variant(
-            staging, smoke_test=settings.smoke_test, variant=job.variant, python=job.env.python,
-            portable_abi=settings.portable_abi,
+            staging, import_check=settings.import_check, strict_abi=settings.strict_abi,
+            variant=job.variant, python=job.env.python,
         )
         checks = report.results
         if not report.ok:

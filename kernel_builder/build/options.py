@@ -1,0 +1,72 @@
+"""The options of one build, resolved once: `BuildOptions`.
+
+Each option has one name from flag to use (`--import-check` is `import_check` here, in
+kernel_builder.runners.local.BuildSettings and in kernel_builder.checks.variant_checks)
+and one default, the one below, which `kbuild build`'s flags show. The CLI makes one
+`BuildOptions` from its flags; kernel_builder.build.pipeline.build_kernel takes it.
+Values that are wrong on their own fail when it is made, with one line naming the flag.
+
+The environment variables that stand in for some flags (MAX_JOBS for --max-jobs,
+KBUILD_COMPILER_CACHE for --compiler-cache, ...) are read by kernel_builder.settings.
+
+Example:
+    >>> options = BuildOptions(matrix="backend=cpu", jobs=2, import_check=False)
+    >>> build_kernel(Path("relu"), options)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from kernel_builder.environments.choice import EnvChooser
+from kernel_builder.errors import UsageError, VariantError
+from kernel_builder.runners import RUNNERS
+from kernel_builder.settings import positive_count
+from kernel_builder.variants import Style
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Every option of one `kbuild build`, named after its flag."""
+
+    # Which variants: exactly `variants` (--variant), or the `matrix` selection, optionally
+    # one `shard` of it (--matrix, --shard), else this machine's.
+    variants: tuple[str, ...] = ()
+    matrix: str | None = None
+    shard: str | None = None
+    # --variant-names: the naming style of the variants kbuild picks; None is legacy, but
+    # only an explicit style refuses a --variant spelled in the other one.
+    variant_names: str | None = None
+    out: Path | None = None  # --out: the output folder (None: KERNEL_DIR/build)
+    # The build environments (--env, --create-env, --torch-index).
+    env: Path | None = None
+    create_env: bool = True
+    torch_index: str | None = None
+    # How much at once (--jobs: variants; --max-jobs, --nvcc-threads: compiles within one);
+    # None derives them from cores and memory.
+    jobs: int | None = None
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    compiler_cache: bool | None = None  # --compiler-cache: None uses one when installed
+    fail_fast: bool = False  # --fail-fast: start no job once one failed
+    import_check: bool = True  # --import-check: import each new variant before installing it
+    strict_abi: bool = False  # --strict-abi: symbol versions beyond manylinux_2_28 fail a variant
+    runner: str = "local"  # --runner: local or docker (kernel_builder.runners)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))  # a list from a caller
+        for count, flag in ((self.jobs, "--jobs"), (self.max_jobs, "--max-jobs"), (self.nvcc_threads, "--nvcc-threads")):
+            positive_count(count, flag)
+        if self.matrix is not None and self.variants:
+            raise VariantError("--matrix and --variant both choose the variants; use one of them")
+        if self.variant_names is not None:
+            Style.parse(self.variant_names)
+        if self.runner not in RUNNERS:
+            raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+
+    def env_chooser(self, say: Callable[[str], None] = lambda message: None) -> EnvChooser:
+        """The build environments these options ask for (probes --env); `say` hears of
+        environments being created."""
+        return EnvChooser.from_options(self.env, create=self.create_env, index=self.torch_index, say=say)

@@ -1,0 +1,123 @@
+"""The environment variables kbuild's builder reads, read in one place.
+
+`read_environment()` takes one snapshot of them into a frozen `KbuildEnvironment`; modules
+ask for a fresh snapshot when they need one (tests change variables between calls). The
+variables, by what they set:
+
+- `KBUILD_CACHE_DIR`: kbuild's cache (probed environments, CMake work trees, logs, locks);
+  else `$XDG_CACHE_HOME/kbuild`, else `~/.cache/kbuild`.
+- `KBUILD_ENVS_DIR`: the managed build environments; else `<cache>/venvs`.
+- `KBUILD_TORCH_INDEX`: the pip index torch is installed from when an environment is
+  created and no `--torch-index` was given.
+- `KBUILD_COMPILER_CACHE`: `ccache`, `sccache` or `none` (unset or `auto`: whichever is
+  installed); `--compiler-cache/--no-compiler-cache` overrides it.
+- `CCACHE_DIR`, `SCCACHE_DIR`: the compiler cache's folder (else one in kbuild's cache);
+  `CCACHE_BASEDIR`: the user's own base folder for ccache's relative paths.
+- `MAX_JOBS`, `NVCC_THREADS` (torch's names): parallel compiles within one job and nvcc's
+  --threads; `--max-jobs`, `--nvcc-threads` override them.
+
+A variable that must be a choice or a number is parsed when it is used (a property below),
+so that a bad MAX_JOBS fails a build with one line naming it, not `kbuild env list`.
+
+Left where they are used: the runtime's variables (kernel_builder.runtime reads its own and
+imports no builder module), and the toolchain locations each backend probes beside PATH
+(CUDA_HOME, ROCM_PATH, HIP_CLANG_PATH, CXX), which belong with the search they steer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from kernel_builder.errors import UsageError
+
+CACHE_DIR = "KBUILD_CACHE_DIR"
+XDG_CACHE_HOME = "XDG_CACHE_HOME"
+ENVS_DIR = "KBUILD_ENVS_DIR"
+TORCH_INDEX = "KBUILD_TORCH_INDEX"
+COMPILER_CACHE = "KBUILD_COMPILER_CACHE"
+CCACHE_DIR = "CCACHE_DIR"
+SCCACHE_DIR = "SCCACHE_DIR"
+CCACHE_BASEDIR = "CCACHE_BASEDIR"
+MAX_JOBS = "MAX_JOBS"
+NVCC_THREADS = "NVCC_THREADS"
+
+COMPILER_CACHE_TOOLS = ("ccache", "sccache")  # in order of preference
+_COMPILER_CACHE_CHOICES = ("", "auto", "none", *COMPILER_CACHE_TOOLS)
+
+
+def positive_count(value: int | str | None, name: str) -> int | None:
+    """`value` (a flag's or a variable's, called `name` in the error) as a whole number of at
+    least 1; None when not given."""
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise UsageError(f"{name} must be a whole number of at least 1, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class KbuildEnvironment:
+    """One snapshot of the variables in the module docstring; empty means unset."""
+
+    cache_dir: Path | None = None
+    xdg_cache_home: Path | None = None
+    envs_dir: Path | None = None
+    torch_index: str | None = None
+    ccache_dir: Path | None = None
+    sccache_dir: Path | None = None
+    ccache_basedir: str | None = None
+    compiler_cache_text: str = ""  # KBUILD_COMPILER_CACHE, lower-cased: see `compiler_cache`
+    max_jobs_text: str = ""
+    nvcc_threads_text: str = ""
+
+    @property
+    def compiler_cache(self) -> str | None:
+        """"ccache", "sccache" or "none"; None lets kbuild pick whichever is installed."""
+        if self.compiler_cache_text not in _COMPILER_CACHE_CHOICES:
+            raise UsageError(
+                f"{COMPILER_CACHE} must be one of ccache, sccache, none (or unset), got {self.compiler_cache_text!r}")
+        return None if self.compiler_cache_text in ("", "auto") else self.compiler_cache_text
+
+    @property
+    def max_jobs(self) -> int | None:
+        return positive_count(self.max_jobs_text, MAX_JOBS)
+
+    @property
+    def nvcc_threads(self) -> int | None:
+        return positive_count(self.nvcc_threads_text, NVCC_THREADS)
+
+    def tool_cache_dir(self, tool: str) -> Path | None:
+        """The user's own folder for compiler cache `tool` ($CCACHE_DIR or $SCCACHE_DIR)."""
+        return {"ccache": self.ccache_dir, "sccache": self.sccache_dir}.get(tool)
+
+
+def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironment:
+    """The variables now (`environ`, default os.environ)."""
+    environ = os.environ if environ is None else environ
+
+    def text(name: str) -> str | None:
+        return environ.get(name) or None
+
+    def path(name: str) -> Path | None:
+        value = text(name)
+        return Path(value) if value else None
+
+    return KbuildEnvironment(
+        cache_dir=path(CACHE_DIR),
+        xdg_cache_home=path(XDG_CACHE_HOME),
+        envs_dir=path(ENVS_DIR),
+        torch_index=text(TORCH_INDEX),
+        ccache_dir=path(CCACHE_DIR),
+        sccache_dir=path(SCCACHE_DIR),
+        ccache_basedir=text(CCACHE_BASEDIR),
+        compiler_cache_text=environ.get(COMPILER_CACHE, "").strip().lower(),
+        max_jobs_text=environ.get(MAX_JOBS, ""),
+        nvcc_threads_text=environ.get(NVCC_THREADS, ""),
+    )
