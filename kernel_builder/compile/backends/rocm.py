@@ -23,16 +23,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, dotted, tool_version
 from kernel_builder.compile.backends.common import (
+    CXX_SUFFIXES,
     binding_group,
     compiled_files,
+    cxx_compiler,
     cxx_standard,
     env_target,
     torch_spec,
     unit_group,
 )
-from kernel_builder.compile.backends.cpu import CXX_SUFFIXES, cxx_compiler
 from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.errors import BuildError
@@ -199,9 +200,11 @@ def _require_hipcc() -> str:
 # -- variants against a ROCm torch --------------------------------------------------
 
 
-class RocmBackend:
+class RocmBackend(Backend):
     name = "rocm"
     macro = "ROCM_KERNEL"
+    tool = "hipcc"
+    install = "ROCm/HIP (hipcc) of a ROCm release torch ships"
 
     def _toolchain_reason(self, rocm: tuple[int, int]) -> str | None:
         hipcc = hipcc_path()
@@ -232,8 +235,7 @@ class RocmBackend:
             return Unavailable(self.name, reason)
         return env_target(manifest, self.name, env, rocm)
 
-    def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
-        """Why this machine cannot build `variant` given a matching environment, or None."""
+    def variant_reason(self, manifest: Manifest | None, variant: Variant, env: BuildEnv | None) -> str | None:
         assert variant.backend_version is not None
         return self._toolchain_reason(variant.backend_version)
 
@@ -243,6 +245,12 @@ class RocmBackend:
 
     def device_check(self, manifest: Manifest, env: BuildEnv | None, work_dir: Path) -> "DeviceCheck":
         return device_check(manifest, env, work_dir, work_dir / "build.log")
+
+    def toolchain(self) -> Toolchain:
+        path = hipcc_path()
+        if path is None:
+            return Toolchain(self.tool, missing=HIPCC_MISSING)
+        return Toolchain(self.tool, path, dotted(hipcc_version(path)), hipcc_id(path))
 
     def toolchain_ids(self) -> tuple[str, ...]:
         hipcc = hipcc_path()
