@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kernel_builder.compile.backends import Backend, Toolchain, Unavailable, backend_names, get_backend, metal, rocm, xpu
+from kernel_builder.compile.backends import Backend, Toolchain, Unavailable, backend_names, get_backend, metal, rocm_toolchain, xpu
 from kernel_builder.compile.backends.base import dotted, short_version
 from kernel_builder.doctor import checkup as doctor
 from kernel_builder.environments.probe import BuildEnv
@@ -99,9 +99,9 @@ def test_which_backends_override_the_defaults():
 # -- the toolchain hook -------------------------------------------------------------------
 def test_a_missing_toolchain_carries_the_backends_reason(monkeypatch):
     monkeypatch.setattr(xpu, "icpx_path", lambda: None)
-    monkeypatch.setattr(rocm, "hipcc_path", lambda: None)
+    monkeypatch.setattr(rocm_toolchain, "hipcc_path", lambda: None)
     assert get_backend("xpu").toolchain() == Toolchain("icpx", missing=xpu.ICPX_MISSING)
-    assert get_backend("rocm").toolchain() == Toolchain("hipcc", missing=rocm.HIPCC_MISSING)
+    assert get_backend("rocm").toolchain() == Toolchain("hipcc", missing=rocm_toolchain.HIPCC_MISSING)
     found = doctor.toolchain("xpu")
     assert found.status == doctor.MISSING and found.tool == "icpx" and found.reason == xpu.ICPX_MISSING
     assert found.install.startswith(get_backend("xpu").install)
