@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from contextlib import contextmanager
 from pathlib import Path

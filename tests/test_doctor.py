@@ -21,8 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernel_builder.doctor import checkup as doctor
-from kernel_builder.compile.backends.common import host_platform
-from kernel_builder.compile.backends.cpu import cxx_compiler
+from kernel_builder.compile.backends.common import cxx_compiler, host_platform
 from kernel_builder.compile.backends.cuda import nvcc_path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ import torch
 
 from conftest import REPO, run_example_tests
 from kernel_builder.compile.backends.cuda import nvcc_path
-from kernel_builder.compile.backends.rocm import hipcc_path
+from kernel_builder.compile.backends.rocm_toolchain import hipcc_path
 from test_backends_metal_xpu import ninja_commands, only
 from test_cuda import CUDA_VARIANT, embedded, needs_nvcc
 

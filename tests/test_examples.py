@@ -15,7 +15,7 @@ import torch
 
 from conftest import copy_example, kbuild, run_example_tests
 from kernel_builder.compile.backends.cuda import nvcc_path
-from kernel_builder.compile.backends.rocm import hipcc_path
+from kernel_builder.compile.backends.rocm_toolchain import hipcc_path
 
 TORCH_TAG = "torch{}{}".format(*torch.__version__.split(".")[:2])
 CPU_VARIANT = f"{TORCH_TAG}-cxx11-cpu-x86_64-linux"

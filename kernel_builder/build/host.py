@@ -64,11 +64,7 @@ def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) ->
         if target != variant:
             return f"the build environment ({chooser.primary.describe()}) builds {target.name}"
         return None
-    toolchain = getattr(backend, "variant_reason", None)
-    if toolchain is None:
-        target = backend.target(manifest, chooser.primary) if chooser.primary else None
-        return target.reason if isinstance(target, Unavailable) else f"kbuild cannot make a {variant.backend} build environment"
-    return toolchain(manifest, variant) or chooser.unavailable_reason(variant)
+    return backend.variant_reason(manifest, variant, chooser.primary) or chooser.unavailable_reason(variant)
 
 
 def variant_row(variant: str | None, backend: str, reason: str | None = None, environment: str | None = None) -> dict:

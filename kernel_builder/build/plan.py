@@ -66,10 +66,8 @@ def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -
             if reason is None:
                 return target
             target = Unavailable(backend_name, f"{reason} (the build environment's)")
-    fallback = getattr(backend, "default_variant", None)
-    if chooser.explicit or fallback is None:
-        return target
-    return fallback(manifest)
+    fallback = None if chooser.explicit else backend.default_variant(manifest)
+    return target if fallback is None else fallback
 
 
 def naming_style(option: str | None, requested: tuple[str | Variant, ...] = ()) -> Style:
@@ -155,7 +153,7 @@ def plan_build(
         reason = target.reason if isinstance(target, Unavailable) else chooser.unavailable_reason(target)
         if not reason:
             jobs.append(job(target.with_style(style)))
-        elif getattr(get_backend(backend), "device_check_possible", lambda: False)():
+        elif get_backend(backend).device_check_possible():
             checks.append((backend, work_root / f"{backend}-device-check"))
         else:
             skips.append(Skip(backend, reason))

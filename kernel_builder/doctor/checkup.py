@@ -24,12 +24,12 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kernel_builder.compile.backends import Unavailable, get_backend, tool_version
+from kernel_builder.compile.backends import backend_names, get_backend, tool_version
+from kernel_builder.compile.backends.base import dotted, short_version
 from kernel_builder.compile.backends.common import host_platform
-from kernel_builder.environments.probe import BuildEnv
+from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import human_size
-from kernel_builder.errors import KbuildError, UsageError
-from kernel_builder.variants import BACKENDS, default_matrix
+from kernel_builder.variants import default_matrix
 
 # Statuses of a backend: a variant of the default matrix builds here; only its toolchain is
 # here (no variant fits it, e.g. an older ROCm); no toolchain at all.
@@ -43,18 +43,6 @@ CUDA_BUILD_DISK = 4 * 10**9
 
 # The engine's ping answers in milliseconds or not at all; the SDK's own timeout is 60 s.
 DOCKER_TIMEOUT_S = 5.0
-
-# What to install for a backend whose toolchain is missing or does not fit; the versions
-# the matrix needs are added where the toolkit must match torch's.
-INSTALL = {
-    "cpu": "a C++ compiler: apt-get install g++ (or set CXX)",
-    "cuda": "the CUDA toolkit (nvcc) of a CUDA release torch ships",
-    "rocm": "ROCm/HIP (hipcc) of a ROCm release torch ships",
-    "metal": "a Mac with macOS 26 or later, Xcode and its Metal toolchain (xcodebuild -downloadComponent MetalToolchain)",
-    "xpu": "the Intel oneAPI DPC++/C++ Compiler (icpx) of a oneAPI release torch ships, then source its setvars.sh",
-}
-TOOL_NAMES = {"cpu": "c++", "cuda": "nvcc", "rocm": "hipcc", "metal": "xcrun metal", "xpu": "icpx"}
-
 
 # -- findings -------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -195,82 +183,28 @@ class DoctorReport:
 
 
 # -- backends -------------------------------------------------------------------------------
-def _short_version(line: str | None) -> str | None:
-    """The last dotted version in a `--version` line: "g++ (Debian 12.2.0-14) 12.2.0" -> "12.2.0"."""
-    found = re.findall(r"\d+\.\d+(?:\.\d+)?", line or "")
-    return found[-1] if found else None
-
-
-def _dotted(version: tuple[int, int] | None) -> str | None:
-    return None if version is None else f"{version[0]}.{version[1]}"
-
-
-def _toolchain_only_env() -> BuildEnv:
-    """A CPU torch environment, which passes a backend's environment checks, so that what
-    `target()` refuses is its toolchain (or the platform)."""
-    newest = max(v.torch for v in default_matrix().variants if v.torch)
-    return BuildEnv(sys.executable, platform.python_version(), "", f"{newest[0]}.{newest[1]}.0", "", True)
-
-
 def toolchain(backend: str) -> BackendFinding:
     """The backend's compiler, found the way the backend finds it, or the backend's own
     reason it is missing (status MISSING). Status OK here means only "found"."""
-    from kernel_builder.compile.backends import cpu, cuda, metal, rocm, xpu
-
-    found = BackendFinding(backend, OK, TOOL_NAMES[backend])
-    if backend == "cpu":
-        path = cpu.cxx_compiler()
-        if path is None:
-            return _missing(found, cpu.CpuBackend().target(None, _toolchain_only_env()))
-        line = tool_version(path)
-        return _with(found, tool=Path(path).name, path=path, version_line=line, version=_short_version(line))
-    if backend == "cuda":
-        path = cuda.nvcc_path()
-        version = cuda.nvcc_version(path) if path else None
-        if version is None:
-            reason = cuda.CudaBackend().default_variant(None) if path is None else f"{path} --version did not report a CUDA release"
-            return _missing(found, reason)
-        archs = sorted(cuda.nvcc_architectures(path), key=lambda c: tuple(map(int, c.split("."))))
-        detail = f"compiles for compute capability {archs[0]} to {archs[-1]}" if archs else None
-        # nvcc's first line names the driver, not the release: the version says it.
-        return _with(found, path=path, version=_dotted(version), detail=detail)
-    if backend == "rocm":
-        path = rocm.hipcc_path()
-        if path is None:
-            return _missing(found, rocm.HIPCC_MISSING)
-        return _with(found, path=path, version=_dotted(rocm.hipcc_version(path)), version_line=rocm.hipcc_id(path))
-    if backend == "xpu":
-        path = xpu.icpx_path()
-        if path is None:
-            return _missing(found, xpu.ICPX_MISSING)
-        return _with(found, path=path, version=_dotted(xpu.icpx_version(path)), version_line=tool_version(path))
-    if backend == "metal":
-        answer = metal.MetalBackend().target(None, _toolchain_only_env())
-        if isinstance(answer, Unavailable):
-            return _missing(found, answer)
-        ids = metal.MetalBackend().toolchain_ids()
-        line = ids[0] if ids else None
-        return _with(found, path=shutil.which("xcrun"), version_line=line, version=_short_version(line))
-    raise UsageError(f"unknown backend '{backend}'; backends are {', '.join(BACKENDS)}")
+    found = get_backend(backend).toolchain()
+    if found.missing is not None:
+        return BackendFinding(backend, MISSING, found.tool, reason=found.missing, install=install_hint(backend))
+    return BackendFinding(backend, OK, found.tool, found.path, found.version, found.version_line, found.detail)
 
 
 def _with(finding: BackendFinding, **fields) -> BackendFinding:
     return BackendFinding(**{**asdict(finding), **fields})
 
 
-def _missing(finding: BackendFinding, why: Unavailable | str) -> BackendFinding:
-    reason = why.reason if isinstance(why, Unavailable) else why
-    return _with(finding, status=MISSING, reason=reason, install=install_hint(finding.backend))
-
-
 def install_hint(backend: str) -> str:
     """What to install for `backend`, naming the toolkit releases the default matrix
-    builds on this platform where the toolkit must match torch's."""
+    builds on this platform where the toolkit must match torch's (variants with a
+    backend version: not cpu's or metal's)."""
     here = "-".join(host_platform())
     versions = sorted({v.backend_version for v in default_matrix().for_backend(backend) if v.platform == here and v.backend_version})
-    hint = INSTALL[backend]
-    if versions and backend != "metal":
-        hint += f" ({', '.join(_dotted(v) for v in versions)} for this platform)"
+    hint = get_backend(backend).install
+    if versions:
+        hint += f" ({', '.join(dotted(v) for v in versions)} for this platform)"
     return hint
 
 
@@ -291,7 +225,7 @@ def judge_backend(backend: str, chooser) -> BackendFinding:
     # The newest variant's reason: the others differ only in the version they name, and
     # the install hint lists every version the matrix wants.
     reason = rows[-1]["reason"] if rows else f"the default matrix has no {backend} variant for {here}"
-    check = getattr(get_backend(backend), "device_check_possible", lambda: False)()
+    check = get_backend(backend).device_check_possible()
     return _with(found, status=LIMITED, reason=reason, install=install_hint(backend), device_check=check)
 
 
@@ -304,7 +238,7 @@ def build_tool(name: str) -> ToolFinding:
         path = _tool(name)
     except KbuildError as e:
         return ToolFinding(name, None, None, e.message, f"pip install {name}")
-    return ToolFinding(name, path, _short_version(tool_version(path)))
+    return ToolFinding(name, path, short_version(tool_version(path)))
 
 
 def environments(chooser) -> tuple[EnvironmentFinding, ...]:
@@ -469,7 +403,7 @@ def diagnose(kernel_dir: Path | None = None, env_path: Path | None = None) -> Do
     return DoctorReport(
         platform="-".join(host_platform()),
         python=f"{platform.python_version()} ({sys.executable})",
-        backends=tuple(judge_backend(b, chooser) for b in BACKENDS),
+        backends=tuple(judge_backend(b, chooser) for b in backend_names()),
         tools=(build_tool("cmake"), build_tool("ninja")),
         environments=envs,
         docker=docker_engine(),

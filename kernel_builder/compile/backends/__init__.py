@@ -1,20 +1,35 @@
-"""One module per backend behind one interface (kernel_builder.compile.backends.base)."""
+"""One module per backend behind one interface (kernel_builder.compile.backends.base),
+and the registry that names them."""
 
 from __future__ import annotations
 
-from kernel_builder.compile.backends.base import Backend, Unavailable, tool_version
+import functools
 
-__all__ = ["Backend", "Unavailable", "get_backend", "tool_version"]
+from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, tool_version
+from kernel_builder.errors import UsageError
+
+__all__ = ["Backend", "Toolchain", "Unavailable", "backend_names", "get_backend", "tool_version"]
 
 
-def get_backend(name: str) -> Backend:
+@functools.cache
+def _registry() -> dict[str, type[Backend]]:
+    """Every backend class by name, in kbuild's order of backends (variants.BACKENDS).
+    Imported on first use: the backend modules import the compile stage's other modules."""
     from kernel_builder.compile.backends import cpu, cuda, metal, rocm, xpu
 
-    backends = {
-        "cpu": cpu.CpuBackend(),
-        "cuda": cuda.CudaBackend(),
-        "rocm": rocm.RocmBackend(),
-        "metal": metal.MetalBackend(),
-        "xpu": xpu.XpuBackend(),
-    }
-    return backends[name]
+    classes = (cpu.CpuBackend, cuda.CudaBackend, metal.MetalBackend, rocm.RocmBackend, xpu.XpuBackend)
+    return {cls.name: cls for cls in classes}
+
+
+def backend_names() -> tuple[str, ...]:
+    """The names of every backend: cpu, cuda, metal, rocm, xpu."""
+    return tuple(_registry())
+
+
+@functools.cache
+def get_backend(name: str) -> Backend:
+    """The backend called `name`, made once (backends hold no state)."""
+    cls = _registry().get(name)
+    if cls is None:
+        raise UsageError(f"unknown backend '{name}'; backends are {', '.join(backend_names())}")
+    return cls()

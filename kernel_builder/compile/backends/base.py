@@ -1,26 +1,28 @@
 """The interface every backend implements, and what backends share to find their tools.
 
-A backend answers three questions for a build environment:
-- `target(manifest, env)`: which variant it would build here, or why it cannot;
-- `toolchain_ids()`: the compilers and versions it uses (part of a job's input hash);
-- `compile_spec(job)`: the sources, flags and libraries of the generated CMake project.
+Every hook lives on `Backend`, with a docstring; the optional ones have a default there,
+so callers call them directly instead of asking whether a backend has them.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from kernel_builder.variants import Variant
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kernel_builder.compile.cmake import CompileSpec
+    from kernel_builder.compile.job import BuildJob
     from kernel_builder.environments.probe import BuildEnv
     from kernel_builder.kernel.manifest import Manifest
-    from kernel_builder.compile.job import BuildJob
 
 
 @dataclass(frozen=True)
@@ -31,17 +33,73 @@ class Unavailable:
     reason: str
 
 
-class Backend(Protocol):
-    name: str
-    macro: str  # the define that binding sources test: CPU_KERNEL, CUDA_KERNEL, ...
+@dataclass(frozen=True)
+class Toolchain:
+    """A backend's compiler as `kbuild doctor` reports it: where it is and which version,
+    or (`missing`) the backend's own reason it is not here."""
 
-    def target(self, manifest: "Manifest | None", env: "BuildEnv") -> Variant | Unavailable: ...
+    tool: str  # what to call the compiler: "nvcc", "g++", "xcrun metal"
+    path: str | None = None
+    version: str | None = None  # short: "13.0", "12.2.0"
+    version_line: str | None = None  # the tool's own first line of --version
+    detail: str | None = None  # e.g. nvcc's architectures
+    missing: str | None = None
 
-    def toolchain_ids(self) -> tuple[str, ...]: ...
 
-    def metadata(self, job: "BuildJob") -> dict: ...  # extra keys of metadata.json's `backend`
+class Backend(ABC):
+    """One backend (cpu, cuda, rocm, metal, xpu): what it builds here, with which compilers,
+    and how. Backends hold no state; `get_backend` makes each once."""
 
-    def compile_spec(self, job: "BuildJob") -> "CompileSpec": ...
+    name: ClassVar[str]
+    macro: ClassVar[str]  # the define that binding sources test: CPU_KERNEL, CUDA_KERNEL, ...
+    tool: ClassVar[str]  # its compiler, as `kbuild doctor` names it when it is missing
+    install: ClassVar[str]  # what to install when the compiler is missing or does not fit
+
+    @abstractmethod
+    def target(self, manifest: "Manifest | None", env: "BuildEnv") -> Variant | Unavailable:
+        """The variant this backend builds in the build environment `env`, or why it cannot."""
+
+    def default_variant(self, manifest: "Manifest | None") -> Variant | Unavailable | None:
+        """The variant to build in a managed environment when the build environment does not
+        build one (or builds one the kernel's bounds exclude); None: the backend builds only
+        in the build environment, so the build environment's answer stands."""
+        return None
+
+    def variant_reason(self, manifest: "Manifest | None", variant: Variant, env: "BuildEnv | None") -> str | None:
+        """Why this machine's toolchain cannot build `variant` in an environment kbuild makes
+        for it, or None. By default kbuild makes none for the backend: the reason is the build
+        environment's `env` (if any) or that."""
+        answer = self.target(manifest, env) if env is not None else None
+        if isinstance(answer, Unavailable):
+            return answer.reason
+        return f"kbuild cannot make a {self.name} build environment"
+
+    def device_check_possible(self) -> bool:
+        """Whether, with no variant buildable here, `device_check` can still compile the
+        kernel's device code (ROCm without a ROCm torch)."""
+        return False
+
+    def device_check(self, manifest: "Manifest", env: "BuildEnv | None", work_dir: "Path"):
+        """Compile the kernel's device code into `work_dir` without claiming a variant; the
+        result has `checked`, `summary` and `log_file`. Called only when
+        `device_check_possible()` says so."""
+        raise NotImplementedError(f"the {self.name} backend has no device check")
+
+    @abstractmethod
+    def toolchain(self) -> Toolchain:
+        """The compiler, found the way `target` finds it, for `kbuild doctor`."""
+
+    @abstractmethod
+    def toolchain_ids(self) -> tuple[str, ...]:
+        """The compilers and versions it uses: part of a job's input hash."""
+
+    def metadata(self, job: "BuildJob") -> dict:
+        """Extra keys of metadata.json's `backend`."""
+        return {}
+
+    @abstractmethod
+    def compile_spec(self, job: "BuildJob") -> "CompileSpec":
+        """The sources, flags and libraries of the generated CMake project."""
 
 
 @functools.cache
@@ -56,3 +114,14 @@ def tool_version(tool: str, flag: str = "--version") -> str | None:
         return None
     lines = (out.stdout or out.stderr).strip().splitlines()
     return f"{path}: {lines[0] if lines else 'unknown version'}"
+
+
+def short_version(line: str | None) -> str | None:
+    """The last dotted version in a `--version` line: "g++ (Debian 12.2.0-14) 12.2.0" -> "12.2.0"."""
+    found = re.findall(r"\d+\.\d+(?:\.\d+)?", line or "")
+    return found[-1] if found else None
+
+
+def dotted(version: tuple[int, int] | None) -> str | None:
+    """(13, 0) -> "13.0"."""
+    return None if version is None else f"{version[0]}.{version[1]}"

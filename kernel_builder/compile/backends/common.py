@@ -1,11 +1,13 @@
-"""What every torch backend shares: the binding's sources, the torch include and link
+"""What every torch backend shares: the host C++ compiler, the binding's sources, the torch include and link
 settings, the defines the binding tests (FORMATS.md), and which variant a backend builds:
 one per torch release, or one `torch-stable-abi{M}{m}-...` variant when `[torch]
 stable-abi` names the backend."""
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 
 from kernel_builder.compile.backends.base import Unavailable
 from kernel_builder.paths import templates_dir
@@ -20,6 +22,17 @@ from kernel_builder.variants import (
     parse_version,
     stable_abi_variant,
 )
+
+# C++ sources, which every backend compiles with the host compiler (or its own, e.g. icpx).
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c")
+
+CXX_MISSING = "no C++ compiler found (install g++ or set CXX)"
+
+
+def cxx_compiler() -> str | None:
+    """The host C++ compiler: $CXX, else g++, c++ or clang++ on PATH."""
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
 
 # Stable ABI 3.9+: the PyInit module in registration.h only needs the limited API.
 PY_LIMITED_API = "0x03090000"

@@ -5,12 +5,14 @@ rest of the library stays portable; the code picks the path at run time."""
 
 from __future__ import annotations
 
-import os
-import shutil
+from pathlib import Path
 
-from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, short_version, tool_version
 from kernel_builder.compile.backends.common import (
+    CXX_MISSING,
+    CXX_SUFFIXES,
     binding_group,
+    cxx_compiler,
     cxx_standard,
     env_target,
     host_default,
@@ -23,37 +25,36 @@ from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.variants import Variant
 
-CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c")
 
-
-def cxx_compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
-
-
-class CpuBackend:
+class CpuBackend(Backend):
     name = "cpu"
     macro = "CPU_KERNEL"
+    tool = "c++"
+    install = "a C++ compiler: apt-get install g++ (or set CXX)"
 
     def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
         if cxx_compiler() is None:
-            return Unavailable(self.name, "no C++ compiler found (install g++ or set CXX)")
+            return Unavailable(self.name, CXX_MISSING)
         return env_target(manifest, self.name, env, None)
 
-    def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
-        """Why this machine cannot build `variant` given a matching environment, or None."""
-        return None if cxx_compiler() else "no C++ compiler found (install g++ or set CXX)"
+    def variant_reason(self, manifest: Manifest | None, variant: Variant, env: BuildEnv | None) -> str | None:
+        return None if cxx_compiler() else CXX_MISSING
 
     def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
-        """Without a usable build environment: the stable-ABI variant or the newest torch of
-        the default matrix that the kernel admits, built in a managed environment."""
+        """The stable-ABI variant or the newest torch of the default matrix that the kernel
+        admits."""
         if cxx_compiler() is None:
-            return Unavailable(self.name, "no C++ compiler found (install g++ or set CXX)")
+            return Unavailable(self.name, CXX_MISSING)
         return host_default(manifest, self.name, None) or Unavailable(
             self.name, f"no torch release in the default matrix fits the kernel's [torch] bounds on {'-'.join(host_platform())}"
         )
 
-    def metadata(self, job) -> dict:
-        return {}
+    def toolchain(self) -> Toolchain:
+        path = cxx_compiler()
+        if path is None:
+            return Toolchain(self.tool, missing=CXX_MISSING)
+        line = tool_version(path)
+        return Toolchain(Path(path).name, path, short_version(line), line)
 
     def toolchain_ids(self) -> tuple[str, ...]:
         compiler = cxx_compiler()

@@ -15,9 +15,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, dotted, tool_version
 from kernel_builder.compile.backends.common import (
+    CXX_SUFFIXES,
     binding_group,
+    cxx_compiler,
     cxx_standard,
     env_target,
     host_default,
@@ -25,7 +27,6 @@ from kernel_builder.compile.backends.common import (
     torch_spec,
     unit_group,
 )
-from kernel_builder.compile.backends.cpu import CXX_SUFFIXES, cxx_compiler
 from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.errors import BuildError
@@ -33,6 +34,8 @@ from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.variants import Variant, parse_version
 
 CUDA_SUFFIXES = (".cu",)
+
+NVCC_MISSING = "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)"
 
 # Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
 # GPUs newer than the build still run the kernel through the driver's JIT.
@@ -176,14 +179,16 @@ def cuda_include_dirs(nvcc: str, env: BuildEnv) -> tuple[str, ...]:
     return nvcc_include_dirs(nvcc) + wheels
 
 
-class CudaBackend:
+class CudaBackend(Backend):
     name = "cuda"
     macro = "CUDA_KERNEL"
+    tool = "nvcc"
+    install = "the CUDA toolkit (nvcc) of a CUDA release torch ships"
 
     def _toolchain_reason(self, manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
         nvcc = nvcc_path()
         if nvcc is None:
-            return "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)"
+            return NVCC_MISSING
         have = nvcc_version(nvcc)
         if have is None:
             return f"{nvcc} --version did not report a CUDA release"
@@ -209,8 +214,7 @@ class CudaBackend:
             return Unavailable(self.name, reason)
         return env_target(manifest, self.name, env, cuda)
 
-    def variant_reason(self, manifest: Manifest | None, variant: Variant) -> str | None:
-        """Why this machine cannot build `variant` given a matching environment, or None."""
+    def variant_reason(self, manifest: Manifest | None, variant: Variant, env: BuildEnv | None) -> str | None:
         assert variant.backend_version is not None
         return self._toolchain_reason(manifest, variant.backend_version)
 
@@ -221,7 +225,7 @@ class CudaBackend:
         nvcc = nvcc_path()
         have = nvcc_version(nvcc) if nvcc else None
         if have is None:
-            return Unavailable(self.name, "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)")
+            return Unavailable(self.name, NVCC_MISSING)
         reason = cuda_bounds_reason(manifest, have)
         if reason:
             return Unavailable(self.name, reason)
@@ -233,6 +237,16 @@ class CudaBackend:
                 f"{'-'.join(host_platform())} within the kernel's [torch] bounds",
             )
         return variant
+
+    def toolchain(self) -> Toolchain:
+        path = nvcc_path()
+        version = nvcc_version(path) if path else None
+        if version is None:
+            return Toolchain(self.tool, missing=f"{path} --version did not report a CUDA release" if path else NVCC_MISSING)
+        archs = sorted(nvcc_architectures(path), key=parse_version)
+        detail = f"compiles for compute capability {archs[0]} to {archs[-1]}" if archs else None
+        # nvcc's first line names the driver, not the release: the version says it.
+        return Toolchain(self.tool, path, dotted(version), detail=detail)
 
     def toolchain_ids(self) -> tuple[str, ...]:
         nvcc = nvcc_path()
@@ -256,7 +270,7 @@ class CudaBackend:
         manifest, env = job.manifest, job.env
         nvcc = nvcc_path()
         if nvcc is None:
-            raise BuildError("nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)")
+            raise BuildError(NVCC_MISSING)
         cuda = job.variant.backend_version
         supported = nvcc_architectures(nvcc)
         groups = [binding_group(manifest, CXX_SUFFIXES)]

@@ -15,8 +15,9 @@ import shutil
 import subprocess
 import sys
 
-from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, short_version, tool_version
 from kernel_builder.compile.backends.common import (
+    CXX_SUFFIXES,
     binding_group,
     compiled_files,
     cxx_standard,
@@ -25,7 +26,6 @@ from kernel_builder.compile.backends.common import (
     torch_spec,
     unit_group,
 )
-from kernel_builder.compile.backends.cpu import CXX_SUFFIXES
 from kernel_builder.compile.cmake import CompileSpec, CustomCommand, generated_include_dir
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
@@ -155,32 +155,45 @@ def embedded_namespace(job) -> str:
     return f"metallib{job.ops_name}"
 
 
-class MetalBackend:
+class MetalBackend(Backend):
     name = "metal"
     macro = "METAL_KERNEL"
+    tool = "xcrun metal"
+    install = "a Mac with macOS 26 or later, Xcode and its Metal toolchain (xcodebuild -downloadComponent MetalToolchain)"
+
+    def _toolchain_reason(self) -> str | None:
+        """Why this machine has no Metal compiler, or None."""
+        if shutil.which("xcrun") is None:
+            return "Metal needs macOS with Xcode: xcrun not found"
+        os_ = host_platform()[1]
+        if os_ != "darwin":
+            return f"Metal needs macOS with Xcode (this machine runs {os_})"
+        if _xcrun("-sdk", "macosx", "-f", "metal") is None:
+            return (
+                "xcrun cannot find the metal compiler; install Xcode and its Metal toolchain "
+                "(xcodebuild -downloadComponent MetalToolchain)"
+            )
+        return None
 
     def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
-        if shutil.which("xcrun") is None:
-            return Unavailable(self.name, "Metal needs macOS with Xcode: xcrun not found")
-        arch, os_ = host_platform()
-        if os_ != "darwin":
-            return Unavailable(self.name, f"Metal needs macOS with Xcode (this machine runs {os_})")
-        if _xcrun("-sdk", "macosx", "-f", "metal") is None:
-            return Unavailable(
-                self.name,
-                "xcrun cannot find the metal compiler; install Xcode and its Metal toolchain "
-                "(xcodebuild -downloadComponent MetalToolchain)",
-            )
+        reason = self._toolchain_reason()
+        if reason:
+            return Unavailable(self.name, reason)
         if env.compute != "cpu":
             return Unavailable(
                 self.name,
                 f"the build environment's torch {env.torch_version} is a {env.compute} build; "
                 "Metal variants need a macOS torch with MPS",
             )
-        return env_target(manifest, self.name, env, None, (arch, os_))
+        return env_target(manifest, self.name, env, None, host_platform())
 
-    def metadata(self, job) -> dict:
-        return {}
+    def toolchain(self) -> Toolchain:
+        reason = self._toolchain_reason()
+        if reason:
+            return Toolchain(self.tool, missing=reason)
+        ids = self.toolchain_ids()
+        line = ids[0] if ids else None
+        return Toolchain(self.tool, shutil.which("xcrun"), short_version(line), line)
 
     def toolchain_ids(self) -> tuple[str, ...]:
         ids = [

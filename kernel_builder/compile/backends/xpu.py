@@ -17,15 +17,15 @@ import re
 import shlex
 import shutil
 
-from kernel_builder.compile.backends.base import Unavailable, tool_version
+from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, dotted, tool_version
 from kernel_builder.compile.backends.common import (
+    CXX_SUFFIXES,
     binding_group,
     cxx_standard,
     env_target,
     torch_spec,
     unit_group,
 )
-from kernel_builder.compile.backends.cpu import CXX_SUFFIXES
 from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
@@ -51,9 +51,11 @@ def icpx_version(icpx: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-class XpuBackend:
+class XpuBackend(Backend):
     name = "xpu"
     macro = "XPU_KERNEL"
+    tool = "icpx"
+    install = "the Intel oneAPI DPC++/C++ Compiler (icpx) of a oneAPI release torch ships, then source its setvars.sh"
 
     def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
         icpx = icpx_path()
@@ -78,8 +80,11 @@ class XpuBackend:
             )
         return env_target(manifest, self.name, env, version)
 
-    def metadata(self, job) -> dict:
-        return {}
+    def toolchain(self) -> Toolchain:
+        path = icpx_path()
+        if path is None:
+            return Toolchain(self.tool, missing=ICPX_MISSING)
+        return Toolchain(self.tool, path, dotted(icpx_version(path)), tool_version(path))
 
     def toolchain_ids(self) -> tuple[str, ...]:
         icpx = icpx_path()
