@@ -14,7 +14,7 @@ import pytest
 
 from conftest import kbuild
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 NOARCH_VARIANTS = ["torch-cpu", "torch-cuda", "torch-metal", "torch-rocm", "torch-xpu"]
 
 

@@ -15,7 +15,7 @@ from conftest import REPO, kbuild
 from kernel_builder.checks.variant_checks import FAILED, OK, SKIPPED, check_abi, check_metadata, check_needed, read_elf_dependencies
 from kernel_builder.runtime.digest import hash_variant
 from kernel_builder.variants import Variant
-from test_cuda import needs_nvcc
+from cuda_toolkit import needs_nvcc
 
 CPU_VARIANT = "torch213-cxx11-cpu-x86_64-linux"
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import kbuild
 from kernel_builder.checks.kernel_tests import packages_tests_import
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tested"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
 BROKEN = '''
 from tested import scaled_add
 

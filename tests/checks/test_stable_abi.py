@@ -27,7 +27,7 @@ from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.environments.store import find_env, managed_specs
 from kernel_builder.checks.stable_symbols import is_non_stable, is_shim, torch_imports
 from kernel_builder.variants import Variant, default_matrix, parse_version
-from tests.conftest import REPO, kbuild
+from conftest import REPO, kbuild
 
 FIXTURES = REPO / "tests" / "fixtures"
 PLATFORM = "-".join(host_platform())

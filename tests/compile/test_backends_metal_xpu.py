@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_example
+from ninja_commands import ninja_commands, only
 from kernel_builder.compile.backends import Unavailable, metal, xpu
 from kernel_builder.compile.backends.metal import MetalBackend
 from kernel_builder.compile.backends.xpu import XpuBackend
 from kernel_builder.variants import xpu_version
-from kernel_builder.compile.cmake import _tool, render_project
+from kernel_builder.compile.cmake import _tool
 from kernel_builder.environments.probe import probe_env
-from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.variants import arch_variant
@@ -66,34 +66,6 @@ def metal_job(relu, env) -> BuildJob:
 def xpu_job(relu, env) -> BuildJob:
     env = dataclasses.replace(env, xpu="20260")
     return job(relu, env, "xpu", arch_variant(env.torch, "xpu", (2026, 0), "x86_64", "linux"))
-
-
-def ninja_commands(spec, work_dir: Path) -> list[str]:
-    """Render and configure the project with this machine's C++ compiler; Ninja's command
-    lines, in the order Ninja would run them."""
-    try:
-        cmake, ninja = _tool("cmake"), _tool("ninja")
-    except KbuildError as e:
-        pytest.skip(f"configuring the project needs CMake and Ninja: {e}")
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if compiler is None:
-        pytest.skip("configuring the project needs a host C++ compiler (c++ or g++) to stand in")
-    render_project(spec, work_dir)
-    cache = dict(spec.cache, CMAKE_CXX_COMPILER=compiler)
-    subprocess.run(
-        [cmake, "-G", "Ninja", "-S", str(work_dir), "-B", str(work_dir / "build"), f"-DCMAKE_MAKE_PROGRAM={ninja}",
-         *(f"-D{k}={v}" for k, v in cache.items())],
-        check=True, capture_output=True, text=True,
-    )
-    out = subprocess.run([ninja, "-C", str(work_dir / "build"), "-t", "commands"],
-                         check=True, capture_output=True, text=True)
-    return out.stdout.splitlines()
-
-
-def only(lines: list[str], needle: str) -> str:
-    found = [line for line in lines if needle in line]
-    assert len(found) == 1, (needle, lines)
-    return found[0]
 
 
 # -- Metal ------------------------------------------------------------------------------
@@ -235,7 +207,7 @@ def test_xpu_version(text, version):
 
 # -- target() ---------------------------------------------------------------------------
 def test_targets_here_name_the_missing_tool(env):
-    manifest = load_manifest(Path(__file__).resolve().parents[1] / "examples" / "relu")
+    manifest = load_manifest(Path(__file__).resolve().parents[2] / "examples" / "relu")
     if shutil.which("xcrun"):
         pytest.skip("this machine has xcrun; the test is about a machine without Apple's tools")
     assert MetalBackend().target(manifest, env) == Unavailable("metal", "Metal needs macOS with Xcode: xcrun not found")

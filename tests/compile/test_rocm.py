@@ -207,7 +207,7 @@ def test_without_hipcc_the_backend_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_include_scan_separates_kernels_from_torch_glue():
-    root = Path(__file__).resolve().parents[1] / "examples" / "relu"
+    root = Path(__file__).resolve().parents[2] / "examples" / "relu"
     search = (root,)
     kernel = rocm.scan_includes(root / "relu_cuda" / "relu_kernel.cu", search, root)
     assert kernel.torch is None

@@ -27,7 +27,7 @@ from kernel_builder.compile.backends.cpu import cxx_compiler
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.cli.doctor import add_doctor_command
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 RELU = REPO / "examples" / "relu"
 HERE = "-".join(host_platform())

@@ -36,9 +36,9 @@ from kernel_builder.environments.store import (
 from kernel_builder.errors import EnvironmentCreateError, KbuildError, VariantError
 from kernel_builder.variants import Variant
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU_VENV = Path(sys.prefix)  # the environment running the tests: torch 2.13 CPU (the test extra)
-# torch 2.14.1+cu130: the test session's managed environment, which tests/test_cuda.py
+# torch 2.14.1+cu130: the test session's managed environment, which tests/compile/test_cuda.py
 # (run earlier) creates where nvcc is installed.
 CUDA_VENV = envs_root() / "torch214-cu130"
 NO_INDEX = "file:///nonexistent-index"  # pip skips it at once: no network wait

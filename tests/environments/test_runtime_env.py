@@ -16,7 +16,7 @@ from kernel_builder.environments.runtime_overlay import (
     RuntimeEnvError, triton_for_torch, kernel_runtime_needs, runtime_python, variant_runtime_needs,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_needs_are_python_depends_plus_third_party_imports(tmp_path):

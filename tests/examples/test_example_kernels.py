@@ -26,8 +26,8 @@ import torch
 from conftest import REPO, run_example_tests
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.compile.backends.rocm import hipcc_path
-from test_backends_metal_xpu import ninja_commands, only
-from test_cuda import CUDA_VARIANT, embedded, needs_nvcc
+from cuda_toolkit import CUDA_VARIANT, embedded, needs_nvcc
+from ninja_commands import ninja_commands, only
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 
@@ -149,7 +149,7 @@ def test_metal_and_xpu_are_skipped_naming_their_toolchains(example):
 
 def test_metal_and_xpu_builds_are_generated(example, tmp_path):
     """What a Mac or a oneAPI machine would compile, configured here with the host
-    compiler standing in (as tests/test_backends_metal_xpu.py does for relu)."""
+    compiler standing in (as tests/compile/test_backends_metal_xpu.py does for relu)."""
     from kernel_builder.compile.backends.metal import MetalBackend
     from kernel_builder.compile.backends.xpu import XpuBackend
     from kernel_builder.environments.probe import probe_env

@@ -3,7 +3,7 @@ variant's layers module and checks every Layout; transformers then fuses a real 
 random, local) Llama through its own KernelConfig path with the stamped Layout.
 
 tests/fixtures/fused is a [torch-noarch] kernel whose RMSNormMLP is plain torch, so these
-builds take no compiler; the compiled kernels' fusion is in tests/test_transformers.py."""
+builds take no compiler; the compiled kernels' fusion is in tests/examples/test_transformers.py."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.kernel.migrate import migrate
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 EDITION5 = """\
 # A kernel, with comments that must survive.

@@ -30,7 +30,7 @@ from kernel_builder.runners.docker import (
 )
 from kernel_builder.variants import Variant, default_matrix
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
 NO_ENGINE = "unix:///nonexistent.sock"
 # One variant of each family, the image of which the Dockerfile checks build args against.

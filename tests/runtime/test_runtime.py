@@ -30,7 +30,7 @@ from kernel_builder.runtime import (
 )
 from kernel_builder.variants import Variant
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _ids = itertools.count()
 
 

@@ -31,7 +31,7 @@ from kernel_builder.runtime.versions import (
 )
 from kernel_builder.testing import HubServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHA = {name: f"{i:x}" * 40 for i, name in enumerate(["a", "b", "c", "d", "e", "f", "g"], start=10)}
 
 
