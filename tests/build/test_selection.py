@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, kbuild_in_process
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.errors import VariantError
 from kernel_builder.kernel.manifest import load_manifest
@@ -250,11 +250,11 @@ def assert_one_line_error(result: subprocess.CompletedProcess, text: str) -> Non
     (["build", str(TINY), "--matrix", "all", "--variant", "torch-cpu"], "--matrix and --variant both choose"),
 ])
 def test_cli_errors_are_one_line(args, text):
-    assert_one_line_error(kbuild(*args), text)
+    assert_one_line_error(kbuild_in_process(*args), text)
 
 
 def test_plan_json_lists_the_selected_jobs():
-    result = kbuild("plan", str(TINY), "--matrix", "backend=cpu,metal torch=2.13", "--json", check=True)
+    result = kbuild_in_process("plan", str(TINY), "--matrix", "backend=cpu,metal torch=2.13", "--json", check=True)
     rows = {row["variant"]: row for row in json.loads(result.stdout)}
     assert set(rows) == {
         "torch213-cxx11-cpu-x86_64-linux", "torch213-cxx11-cpu-aarch64-linux",
@@ -274,8 +274,8 @@ def test_plan_names_the_selection_in_the_chosen_style():
     """--variant-names new renames the same jobs, with the same verdicts; globs match names
     of either style; shards split the same variants whatever their names."""
     args = ("plan", str(TINY), "--matrix", "backend=cpu,metal torch=2.13", "--json")
-    legacy = json.loads(kbuild(*args, check=True).stdout)
-    new = json.loads(kbuild(*args, "--variant-names", "new", check=True).stdout)
+    legacy = json.loads(kbuild_in_process(*args, check=True).stdout)
+    new = json.loads(kbuild_in_process(*args, "--variant-names", "new", check=True).stdout)
     assert {row["variant"] for row in new} == {
         "torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux", "torch-2.13-cxx11-cpu-cpython-3.9-abi3-aarch64-linux",
         "torch-2.13-cpu-cpython-3.9-abi3-aarch64-darwin", "torch-2.13-metal-cpython-3.9-abi3-aarch64-darwin",
@@ -284,23 +284,23 @@ def test_plan_names_the_selection_in_the_chosen_style():
     for row in new:
         assert {**renamed[row["variant"]], "variant": row["variant"]} == row
     for glob in ("torch213-*cpu-*", "torch-2.13-*cpu-*"):
-        rows = json.loads(kbuild("plan", str(TINY), "--matrix", glob, "--variant-names", "new", "--json", check=True).stdout)
+        rows = json.loads(kbuild_in_process("plan", str(TINY), "--matrix", glob, "--variant-names", "new", "--json", check=True).stdout)
         assert {row["variant"] for row in rows} == {row["variant"] for row in new if "-cpu-" in row["variant"]}
-    shard = [json.loads(kbuild("plan", str(TINY), "--matrix", "all", "--shard", "1/2", "--json", *extra, check=True).stdout)
+    shard = [json.loads(kbuild_in_process("plan", str(TINY), "--matrix", "all", "--shard", "1/2", "--json", *extra, check=True).stdout)
              for extra in ((), ("--variant-names", "new"))]
     assert [Variant.parse(r["variant"]).with_style(Style.NEW).name for r in shard[0]] == [r["variant"] for r in shard[1]]
     # Without --matrix: this machine's variant, renamed.
-    rows = json.loads(kbuild("plan", str(TINY), "--variant-names", "new", "--json", check=True).stdout)
+    rows = json.loads(kbuild_in_process("plan", str(TINY), "--variant-names", "new", "--json", check=True).stdout)
     assert [r["variant"] for r in rows if r["backend"] == "cpu"] == [
         Variant.parse(r["variant"]).with_style(Style.NEW).name
-        for r in json.loads(kbuild("plan", str(TINY), "--json", check=True).stdout) if r["backend"] == "cpu"
+        for r in json.loads(kbuild_in_process("plan", str(TINY), "--json", check=True).stdout) if r["backend"] == "cpu"
     ]
 
 
 def test_plan_without_matrix_is_what_build_would_do():
     import torch
 
-    rows = json.loads(kbuild("plan", str(TINY), "--json", check=True).stdout)
+    rows = json.loads(kbuild_in_process("plan", str(TINY), "--json", check=True).stdout)
     by_backend = {row["backend"]: row for row in rows}
     major, minor = torch.__version__.split(".")[:2]
     assert by_backend["cpu"]["variant"] == f"torch{major}{minor}-cxx11-cpu-{HERE}"
@@ -311,12 +311,12 @@ def test_plan_without_matrix_is_what_build_would_do():
 
 def test_plan_shards_and_prints_a_table():
     shards = [
-        [row["variant"] for row in json.loads(kbuild("plan", str(TINY), "--matrix", "all", "--shard", f"{i}/2", "--json", check=True).stdout)]
+        [row["variant"] for row in json.loads(kbuild_in_process("plan", str(TINY), "--matrix", "all", "--shard", f"{i}/2", "--json", check=True).stdout)]
         for i in (1, 2)
     ]
-    everything = [row["variant"] for row in json.loads(kbuild("plan", str(TINY), "--matrix", "all", "--json", check=True).stdout)]
+    everything = [row["variant"] for row in json.loads(kbuild_in_process("plan", str(TINY), "--matrix", "all", "--json", check=True).stdout)]
     assert sorted(shards[0] + shards[1]) == sorted(everything) and not set(shards[0]) & set(shards[1])
-    table = kbuild("plan", str(TINY), "--matrix", "torch213-metal-*", check=True).stdout
+    table = kbuild_in_process("plan", str(TINY), "--matrix", "torch213-metal-*", check=True).stdout
     assert "torch213-metal-aarch64-darwin" in table and "tiny: 0 of 1 build here" in table
 
 

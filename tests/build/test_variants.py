@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, kbuild_in_process
 from kernel_builder.errors import VariantError
 from kernel_builder.variants import Kind, Style, Variant, default_matrix, try_parse
 
@@ -161,7 +161,7 @@ def test_variants_command_marks_what_this_machine_builds_and_where():
 
     from kernel_builder.compile.backends.cuda import nvcc_path
 
-    result = kbuild("variants", "--json", check=True)
+    result = kbuild_in_process("variants", "--json", check=True)
     rows = {r["variant"]: r for r in json.loads(result.stdout)}
     major, minor = torch.__version__.split(".")[:2]
     here = rows[f"torch{major}{minor}-cxx11-cpu-x86_64-linux"]
@@ -181,7 +181,7 @@ def test_variants_command_marks_what_this_machine_builds_and_where():
     assert "needs platform aarch64-darwin" in rows[f"torch{major}{minor}-metal-aarch64-darwin"]["reason"]
     assert all(r["buildable"] or r["reason"] for r in rows.values())
     # --env pins one environment: variants it cannot build say what it has.
-    pinned = {r["variant"]: r for r in json.loads(kbuild("variants", "--json", "--env", sys.executable, check=True).stdout)}
+    pinned = {r["variant"]: r for r in json.loads(kbuild_in_process("variants", "--json", "--env", sys.executable, check=True).stdout)}
     assert not pinned[f"torch{other}-cxx11-cpu-x86_64-linux"]["buildable"]
     assert f"has torch {torch.__version__}" in pinned[f"torch{other}-cxx11-cpu-x86_64-linux"]["reason"]
 
@@ -259,7 +259,7 @@ def test_variant_name_mistakes_are_one_line_errors(tmp_path):
         ("--variant-names", "newest"): "--variant-names must be 'legacy' or 'new'",
     }
     for args, message in cases.items():
-        result = kbuild("build", str(TINY), "--out", str(tmp_path / "out"), *args)
+        result = kbuild_in_process("build", str(TINY), "--out", str(tmp_path / "out"), *args)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

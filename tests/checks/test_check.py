@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, kbuild_in_process
 from kernel_builder.checks.variant_checks import FAILED, OK, SKIPPED, check_abi, check_metadata, check_needed, read_elf_dependencies
 from kernel_builder.runtime.digest import hash_variant
 from kernel_builder.variants import Variant
@@ -265,7 +265,7 @@ def _with_file(path: Path, returned: Path) -> Path:
     ids=["missing", "file", "empty", "unbuilt-kernel"],
 )
 def test_user_errors_are_one_line_and_exit_2(tmp_path, make, expected):
-    result = kbuild("check", str(make(tmp_path)))
+    result = kbuild_in_process("check", str(make(tmp_path)))
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()

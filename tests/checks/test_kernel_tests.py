@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kbuild
+from conftest import kbuild, kbuild_in_process
 from kernel_builder.checks.kernel_tests import packages_tests_import
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
@@ -82,7 +82,7 @@ def test_user_mistakes_are_one_line(kernel, tmp_path):
         ((str(gpu_only),), "tested has no cpu backend (it has cuda, rocm): its tests need one of those devices"),
         ((str(kernel), "--variant", "torch299-cxx11-cpu-x86_64-linux"), "torch299-cxx11-cpu-x86_64-linux"),
     ):
-        result = kbuild("test", *args)
+        result = kbuild_in_process("test", *args)
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr and expected in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -27,7 +27,7 @@ from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.environments.store import find_env, managed_specs
 from kernel_builder.checks.stable_symbols import is_non_stable, is_shim, torch_imports
 from kernel_builder.variants import Variant, default_matrix, parse_version
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, kbuild_in_process
 
 FIXTURES = REPO / "tests" / "fixtures"
 PLATFORM = "-".join(host_platform())
@@ -112,7 +112,7 @@ def test_shim_functions_are_the_extern_c_aoti_and_torch_names():
 
 # -- plan ----------------------------------------------------------------------------------------
 def test_plan_shows_one_stable_variant_per_compute(kernel):
-    rows = json.loads(kbuild("plan", str(kernel), "--matrix", "all", "--json", "--no-create-env", check=True).stdout)
+    rows = json.loads(kbuild_in_process("plan", str(kernel), "--matrix", "all", "--json", "--no-create-env", check=True).stdout)
     names = [row["variant"] for row in rows]
     matrix = [v for v in default_matrix().variants if v.backend in ("cpu", "cuda")]
     assert len({v.torch for v in matrix}) > 1  # the axis that collapses
@@ -124,14 +124,14 @@ def test_plan_shows_one_stable_variant_per_compute(kernel):
 
 
 def test_plan_without_matrix_builds_the_stable_variants(kernel):
-    rows = json.loads(kbuild("plan", str(kernel), "--json", "--no-create-env", check=True).stdout)
+    rows = json.loads(kbuild_in_process("plan", str(kernel), "--json", "--no-create-env", check=True).stdout)
     by_backend = {row["backend"]: row for row in rows}
     assert by_backend["cpu"]["variant"] == CPU_VARIANT
     assert by_backend["cuda"]["variant"] is None or by_backend["cuda"]["variant"].startswith("torch-stable-abi210-cu")
 
 
 def test_a_torch_selector_keeps_the_stable_variant_that_loads_on_it(kernel):
-    rows = json.loads(kbuild(
+    rows = json.loads(kbuild_in_process(
         "plan", str(kernel), "--matrix", f"torch=2.13 backend=cpu arch={host_platform()[0]} os={host_platform()[1]}",
         "--json", "--no-create-env", check=True,
     ).stdout)
@@ -139,7 +139,7 @@ def test_a_torch_selector_keeps_the_stable_variant_that_loads_on_it(kernel):
 
 
 def test_a_per_torch_variant_of_a_stable_backend_is_refused_in_one_line(kernel):
-    result = kbuild("build", str(kernel), "--variant", f"torch213-cxx11-cpu-{PLATFORM}", "--no-create-env")
+    result = kbuild_in_process("build", str(kernel), "--variant", f"torch213-cxx11-cpu-{PLATFORM}", "--no-create-env")
     assert result.returncode == 2, result.stderr
     assert f"[torch] stable-abi builds cpu once, as {CPU_VARIANT}" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

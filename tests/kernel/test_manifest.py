@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kbuild
+from conftest import kbuild_in_process
 from kernel_builder.errors import ManifestError
 from kernel_builder.kernel.manifest import load_manifest
 
@@ -242,7 +242,7 @@ def test_malformed_manifest_fails_with_one_line_and_exit_2(tmp_path, case):
 def test_cli_reports_malformed_manifest_in_one_line(tmp_path, case):
     change, words = BAD[case]
     repo = make_repo(tmp_path / "k", change(FULL))
-    result = kbuild("build", str(repo))
+    result = kbuild_in_process("build", str(repo))
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

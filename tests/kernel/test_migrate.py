@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import copy_example, kbuild
+from conftest import copy_example, kbuild, kbuild_in_process
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.kernel.migrate import migrate
@@ -77,11 +77,11 @@ def test_edition_less_fixture_gets_an_edition_after_its_name(tmp_path):
 
 def test_check_exit_codes_and_no_write(tmp_path):
     root = repo(tmp_path, EDITION5)
-    result = kbuild("migrate", str(root), "--check")
+    result = kbuild_in_process("migrate", str(root), "--check")
     assert result.returncode == 1 and "needs migrating" in result.stdout
     assert (root / "build.toml").read_text() == EDITION5
-    kbuild("migrate", str(root), check=True)
-    result = kbuild("migrate", str(root), "--check")
+    kbuild_in_process("migrate", str(root), check=True)
+    result = kbuild_in_process("migrate", str(root), "--check")
     assert result.returncode == 0 and "already edition 6" in result.stdout
 
 
@@ -98,7 +98,7 @@ def test_unparseable_result_is_refused_and_original_kept(tmp_path):
 
 
 def test_cli_missing_build_toml_is_one_line(tmp_path):
-    result = kbuild("migrate", str(tmp_path))
+    result = kbuild_in_process("migrate", str(tmp_path))
     lines = [l for l in result.stderr.splitlines() if l.strip()]
     assert result.returncode == 2 and len(lines) == 1 and "build.toml: not found" in lines[0]
 

@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from conftest import kbuild
+from conftest import kbuild, kbuild_in_process
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
 from kernel_builder.scaffold.new_kernel import scaffold
@@ -36,7 +36,7 @@ def test_init_rejects_bad_input_and_writes_nothing(tmp_path, name, backends, wor
 def test_init_refuses_an_existing_folder(tmp_path):
     (tmp_path / "k").mkdir()
     (tmp_path / "k" / "x").write_text("")
-    result = kbuild("init", "k", cwd=tmp_path)
+    result = kbuild_in_process("init", "k", cwd=tmp_path)
     assert result.returncode == 1 and "already exists" in result.stderr
 
 
