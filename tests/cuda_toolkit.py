@@ -14,10 +14,15 @@ import pytest
 from kernel_builder.compile.backends.cuda import nvcc_path, nvcc_version
 
 NVCC = nvcc_path()
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed (the CUDA toolkit is needed to compile CUDA)")
+_without_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed (the CUDA toolkit is needed to compile CUDA)")
 CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
 if NVCC is not None and nvcc_version(NVCC) is not None and nvcc_version(NVCC)[0] != 13:
-    needs_nvcc = pytest.mark.skip(reason=f"these builds pin CUDA 13.0 (torch 2.14.1+cu130); nvcc here is {nvcc_version(NVCC)}")
+    _without_nvcc = pytest.mark.skip(reason=f"these builds pin CUDA 13.0 (torch 2.14.1+cu130); nvcc here is {nvcc_version(NVCC)}")
+
+
+def needs_nvcc(test):
+    """Marks a test `cuda` (pytest -m cuda selects them) and skips it without nvcc 13.0."""
+    return pytest.mark.cuda(_without_nvcc(test))
 
 
 def cuobjdump() -> str | None:

@@ -20,6 +20,8 @@ import torch
 from conftest import copy_example, kbuild, published_kernels
 from kernel_builder.runtime import KernelLoadError, read_metadata
 
+pytestmark = pytest.mark.e2e
+
 VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"
 
 

@@ -19,6 +19,8 @@ from kernel_builder.build.pipeline import build_kernel
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import VariantError
 
+pytestmark = pytest.mark.e2e
+
 VARIANT = f"torch{torch.__version__.split('.')[0]}{torch.__version__.split('.')[1]}-cxx11-cpu-x86_64-linux"
 FIXTURE = REPO / "tests" / "fixtures" / "tiny"
 

@@ -95,6 +95,7 @@ def assert_one_complete_variant(root: Path) -> dict:
     return metadata
 
 
+@pytest.mark.e2e
 def test_two_builds_at_once_one_waits_then_finds_it_up_to_date(tiny):
     edit_source(tiny, "10")
     first, second = start_build(tiny), start_build(tiny)
@@ -109,6 +110,7 @@ def test_two_builds_at_once_one_waits_then_finds_it_up_to_date(tiny):
     assert_one_complete_variant(tiny)
 
 
+@pytest.mark.e2e
 def test_sigkill_mid_compile_keeps_the_previous_variant_and_the_next_build_succeeds(tiny):
     kbuild("build", str(tiny), NO_CACHE, check=True)
     folder = tiny / "build" / VARIANT
@@ -153,6 +155,7 @@ def test_a_variant_killed_between_installs_two_renames_is_put_back(tmp_path):
     assert (tmp_path / VARIANT / "metadata.json").read_text() == "{}"
 
 
+@pytest.mark.e2e
 def test_compilers_left_running_by_a_killed_build_hold_its_locks(tiny):
     """SIGKILL reaches kbuild only (as when a CI runner kills the step's main process):
     the compilers it started run on, holding its locks, so the next build waits for them

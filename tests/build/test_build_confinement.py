@@ -30,6 +30,8 @@ from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.loader import read_metadata
 from test_build import FIXTURE
 
+pytestmark = pytest.mark.e2e
+
 NOARCH = "torch-cpu"
 STAGING = ".kbuild-staging-"
 

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import REPO, kbuild
 
+pytestmark = [pytest.mark.e2e, pytest.mark.creates_env]
+
 TINY = REPO / "tests" / "fixtures" / "tiny"
 SELECTION = "backend=cpu torch>=2.13 os=linux arch=x86_64"
 OLD, NEW = "torch213-cxx11-cpu-x86_64-linux", "torch214-cxx11-cpu-x86_64-linux"

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import kbuild
 
+pytestmark = [pytest.mark.e2e, pytest.mark.creates_env]
+
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 NOARCH_VARIANTS = ["torch-cpu", "torch-cuda", "torch-metal", "torch-rocm", "torch-xpu"]
 

@@ -320,6 +320,7 @@ def test_plan_shards_and_prints_a_table():
     assert "torch213-metal-aarch64-darwin" in table and "tiny: 0 of 1 build here" in table
 
 
+@pytest.mark.e2e
 def test_build_matrix_builds_the_selection_and_reports_what_it_skips(tmp_path):
     fused = tmp_path / "fused"
     shutil.copytree(FUSED, fused)

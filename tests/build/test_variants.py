@@ -205,6 +205,7 @@ def _torch_tag() -> tuple[str, str]:
     return major, minor
 
 
+@pytest.mark.e2e
 def test_build_names_new_style_and_both_runtimes_load_it(tiny_new):
     major, minor = _torch_tag()
     name = f"torch-{major}.{minor}-cxx11-cpu-cpython-3.9-abi3-x86_64-linux"
@@ -231,6 +232,7 @@ def test_build_names_new_style_and_both_runtimes_load_it(tiny_new):
     assert done.stdout.split() == [metadata["id"], metadata["id"]]
 
 
+@pytest.mark.e2e
 def test_switching_styles_leaves_one_folder_per_build(tiny_new):
     major, minor = _torch_tag()
     legacy, new = f"torch{major}{minor}-cxx11-cpu-x86_64-linux", f"torch-{major}.{minor}-cxx11-cpu-cpython-3.9-abi3-x86_64-linux"

@@ -78,6 +78,7 @@ def by_check(report: dict) -> dict[str, dict]:
     return {c["check"]: c for c in report["checks"]}
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_the_test_libraries_need_what_they_claim(tmp_path):
     """Cross-check the ELF reader with objdump, where binutils is installed."""
@@ -91,6 +92,7 @@ def test_the_test_libraries_need_what_they_claim(tmp_path):
         assert any("GLIBC_2.34" in line and "pthread_create" in line for line in dynamic.splitlines()), dynamic
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_kbuild_check_flags_glibc_2_34_and_a_tampered_file(tmp_path):
     """The acceptance line: the real CLI names GLIBC_2.34 and the modified file, exit 1."""
@@ -117,6 +119,7 @@ def test_kbuild_check_flags_glibc_2_34_and_a_tampered_file(tmp_path):
     assert "registers no ops" in checks["import"]["detail"], checks["import"]
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_a_library_needing_only_old_versions_passes(tmp_path):
     folder = make_variant(tmp_path, OLD_GLIBC_SOURCE)
@@ -128,6 +131,7 @@ def test_a_library_needing_only_old_versions_passes(tmp_path):
     assert check_metadata(folder).status == OK
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_extra_missing_and_modified_files_are_findings(tmp_path):
     folder = make_variant(tmp_path, OLD_GLIBC_SOURCE)
@@ -141,6 +145,7 @@ def test_extra_missing_and_modified_files_are_findings(tmp_path):
     )
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_incomplete_metadata_is_a_finding(tmp_path):
     folder = make_variant(tmp_path, OLD_GLIBC_SOURCE)
@@ -152,6 +157,7 @@ def test_incomplete_metadata_is_a_finding(tmp_path):
     assert "lacks the required key 'license'" in result.detail
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_an_unexpected_needed_library_is_named(tmp_path):
     helper = compile_library("int helper(void) { return 1; }\n", tmp_path / "libhelper.so")
@@ -164,6 +170,7 @@ def test_an_unexpected_needed_library_is_named(tmp_path):
     assert result.findings[0] == "_probe_cpu_0000000.abi3.so needs unexpected libhelper.so"
 
 
+@pytest.mark.e2e
 @needs_gcc
 def test_backend_runtimes_are_allowed_only_for_their_backend(tmp_path):
     """libcudart is fine in a CUDA variant and unexpected in a CPU one."""
@@ -177,6 +184,7 @@ def test_backend_runtimes_are_allowed_only_for_their_backend(tmp_path):
     assert check_needed(cpu, Variant.parse(cpu.name)).status == FAILED
 
 
+@pytest.mark.e2e
 def test_a_darwin_variant_skips_the_elf_checks_and_its_import(tmp_path):
     folder = tmp_path / "torch213-metal-aarch64-darwin"
     folder.mkdir()
@@ -193,6 +201,7 @@ def test_a_darwin_variant_skips_the_elf_checks_and_its_import(tmp_path):
     assert "built for aarch64-darwin" in checks["import"]["detail"]
 
 
+@pytest.mark.e2e
 def test_a_variant_without_its_environment_skips_the_import_with_the_reason(tmp_path):
     folder = tmp_path / "torch212-cxx11-cu126-x86_64-linux"
     folder.mkdir()
@@ -205,6 +214,7 @@ def test_a_variant_without_its_environment_skips_the_import_with_the_reason(tmp_
     assert "no build environment with torch 2.12 (CUDA 12.6) here" in imported["detail"], imported
 
 
+@pytest.mark.e2e
 def test_a_pure_python_kernel_built_by_kbuild_passes_every_check(tmp_path):
     out = tmp_path / "build"
     kbuild("build", str(REPO / "tests" / "fixtures" / "fused"), "--out", str(out), check=True)
@@ -224,6 +234,7 @@ def cpu_variant(built_example, tmp_path) -> Path:
     return Path(shutil.copytree(existing, tmp_path / CPU_VARIANT, ignore=shutil.ignore_patterns("__pycache__")))
 
 
+@pytest.mark.e2e
 def test_a_compiled_cpu_variant_imports_and_registers_its_ops(cpu_variant):
     code, [report] = check_json(cpu_variant)
     checks = by_check(report)
@@ -237,6 +248,8 @@ def test_a_compiled_cpu_variant_imports_and_registers_its_ops(cpu_variant):
     assert code == 0
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 @needs_nvcc
 def test_a_cuda_variant_imports_in_its_managed_environment(built_example, tmp_path):
     """No GPU needed: the cu130 variant imports in the torch214-cu130 environment."""

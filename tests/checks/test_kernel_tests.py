@@ -38,6 +38,7 @@ def _json_run(kernel: Path, *args: str):
     return result, json.loads(result.stdout)
 
 
+@pytest.mark.e2e
 def test_own_tests_pass_by_python_name_and_get_kernel_with_device_skip_counted(kernel):
     result, data = _json_run(kernel)
     assert result.returncode == 0, result.stderr
@@ -50,6 +51,7 @@ def test_own_tests_pass_by_python_name_and_get_kernel_with_device_skip_counted(k
     assert not list((kernel / "build" / "torch-cpu").rglob("__pycache__")), "the variant must stay byte-identical"
 
 
+@pytest.mark.e2e
 def test_failure_is_exit_1_with_its_message_and_pytest_args_pass_through(kernel):
     broken = kernel / "tests" / "test_broken.py"
     broken.write_text(BROKEN)

@@ -146,6 +146,7 @@ def test_a_per_torch_variant_of_a_stable_backend_is_refused_in_one_line(kernel):
 
 
 # -- the CPU variant, built in this interpreter's torch ----------------------------------------
+@pytest.mark.e2e
 def test_cpu_variant_builds_with_the_stable_name(cpu_variant):
     libraries = list(cpu_variant.glob("*.so"))
     assert [p.name.startswith("_stable_axpy_cpu_") and p.name.endswith(".abi3.so") for p in libraries] == [True]
@@ -155,6 +156,7 @@ def test_cpu_variant_builds_with_the_stable_name(cpu_variant):
     assert imports.non_stable == () and "torch_library_impl" in imports.shim
 
 
+@pytest.mark.e2e
 def test_cpu_variant_passes_kbuild_check(cpu_variant):
     checks = check_json(cpu_variant)
     assert checks["stable-abi"]["status"] == OK, checks["stable-abi"]
@@ -164,6 +166,7 @@ def test_cpu_variant_passes_kbuild_check(cpu_variant):
     assert_portable_or_local_glibc(checks["abi"])
 
 
+@pytest.mark.e2e
 def test_cpu_variant_loads_in_kernels_and_in_the_kbuild_runtime(cpu_variant, kernel):
     import kernels
     import torch
@@ -180,6 +183,7 @@ def test_cpu_variant_loads_in_kernels_and_in_the_kbuild_runtime(cpu_variant, ker
         ours.axpy(1.0, x.double(), y.double())
 
 
+@pytest.mark.e2e
 def test_other_variants_skip_the_stable_abi_check(tmp_path, cpu_variant):
     # The same folder under a per-torch name: the check does not apply.
     folder = tmp_path / f"torch213-cxx11-cpu-{PLATFORM}"
@@ -187,6 +191,8 @@ def test_other_variants_skip_the_stable_abi_check(tmp_path, cpu_variant):
     assert check_json(folder)["stable-abi"]["status"] == SKIPPED
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_a_build_in_a_newer_torch_loads_in_this_one(tmp_path, kernel):
     """The point of the stable ABI: compiled against a newer torch's headers (a managed
     environment's), loaded by the running, older torch."""
@@ -219,6 +225,9 @@ def _managed_newer_than(torch: tuple[int, int]) -> list[str]:
 
 
 # -- the CUDA variant, built in a managed CUDA torch -------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.cuda
+@pytest.mark.creates_env
 def test_cuda_variant_builds_once_and_passes_the_check(kernel):
     reason = managed_cuda_reason()
     if reason:
@@ -239,6 +248,7 @@ def test_cuda_variant_builds_once_and_passes_the_check(kernel):
 
 
 # -- an ordinary build is flagged -----------------------------------------------------------------
+@pytest.mark.e2e
 def test_the_check_names_the_torch_symbols_of_an_ordinary_build(tmp_path):
     """tests/fixtures/tiny registers with TORCH_LIBRARY: its .so uses torch's C++ ABI."""
     tiny = copy_fixture("tiny", tmp_path)

@@ -144,6 +144,7 @@ def test_compile_environment_points_ccache_at_the_shared_folder(tmp_path, monkey
     assert CompilerCache("sccache", "sccache", tmp_path / "sc").job_environment(work_dir) == {"SCCACHE_DIR": str(tmp_path / "sc")}
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (apt-get install ccache)")
 def test_a_fresh_work_tree_compiles_nothing_with_a_warm_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("KBUILD_COMPILER_CACHE", raising=False)

@@ -74,6 +74,7 @@ def test_nvcc_lists_its_architectures():
     assert {"8.0", "9.0"} <= archs and all(a.count(".") == 1 for a in archs)
 
 
+@pytest.mark.e2e
 def test_general_cuda_bounds_skip_the_backend_with_the_reason(tmp_path):
     root = copy_example("swiglu", tmp_path)
     toml = root / "build.toml"
@@ -94,6 +95,8 @@ def swiglu_cuda(built_example) -> Path:
     return built.root / "build" / CUDA_VARIANT
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 @needs_nvcc
 def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
     root = copy_example("swiglu", tmp_path)

@@ -84,6 +84,8 @@ __global__ void fill(float *x) { x[threadIdx.x] = 1.0f; }
 # -- the device compile check, for real -------------------------------------------------
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_relu_device_check_builds_one_amdgpu_object_per_arch(tmp_path):
     root = relu_with_archs(tmp_path, ["gfx90a", "gfx908", "gfx942"])
@@ -126,6 +128,8 @@ def test_relu_device_check_builds_one_amdgpu_object_per_arch(tmp_path):
     assert log.read_text().startswith("# ROCm device compile check: 2 to compile, 0 up to date")
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_hip_flags_reach_hipcc_and_torch_headers_are_found_through_includes(tmp_path):
     root = tiny_kernel(
@@ -146,6 +150,8 @@ def test_hip_flags_reach_hipcc_and_torch_headers_are_found_through_includes(tmp_
     assert check.not_checked == (("k_rocm/glue.cu", f"{rocm.NEEDS_ROCM_TORCH}: <torch/all.h> in k_rocm/glue.h"),)
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_compile_error_names_the_source_arch_first_error_and_log(tmp_path):
     # -Wno-error on the command line must not pass for the compiler's error.
@@ -160,6 +166,8 @@ def test_compile_error_names_the_source_arch_first_error_and_log(tmp_path):
     assert "\n" not in message
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_only_torch_sources_is_a_clear_reason_not_a_failure(tmp_path):
     root = tiny_kernel(tmp_path, {"k_rocm/op.cu": "#include <ATen/ATen.h>\n"}, 'rocm-archs = ["gfx90a"]')
@@ -169,6 +177,8 @@ def test_only_torch_sources_is_a_clear_reason_not_a_failure(tmp_path):
     assert "includes no torch header" in check.summary
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_archs_are_intersected_with_what_hipcc_compiles(tmp_path):
     supported = rocm.hipcc_architectures(HIPCC, ("gfx90a", "gfx908", "gfx942", "gfx90a:xnack+"))
@@ -181,6 +191,8 @@ def test_archs_are_intersected_with_what_hipcc_compiles(tmp_path):
     assert kept == (("gfx90a:xnack+", "gfx908") if old_hipcc() else ("gfx90a:xnack+", "gfx942", "gfx908"))
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_no_supported_arch_is_a_clear_error(tmp_path):
     if not old_hipcc():
@@ -240,6 +252,8 @@ def test_target_names_the_rocm_variant(tmp_path, monkeypatch):
     assert isinstance(cpu, Unavailable) and "ROCm variants need a ROCm torch" in cpu.reason
 
 
+@pytest.mark.e2e
+@pytest.mark.rocm
 @needs_hipcc
 def test_compile_spec_against_a_rocm_torch(tmp_path):
     env = rocm_env()

@@ -81,6 +81,7 @@ def cli_app():
 
 
 # -- backends -----------------------------------------------------------------------------
+@pytest.mark.cuda
 @needs_nvcc
 def test_cuda_names_nvcc_and_its_release(report):
     cuda = report.backend("cuda")
@@ -90,6 +91,7 @@ def test_cuda_names_nvcc_and_its_release(report):
     assert "compute capability" in (cuda.detail or "")
 
 
+@pytest.mark.cuda
 @needs_nvcc_13_0
 def test_nvcc_13_0_builds_cuda_13_0_variants(report):
     cuda = report.backend("cuda")
@@ -236,6 +238,7 @@ def test_kernel_tiny_backends_and_variants():
     assert all(r["buildable"] for r in found.variants if r["backend"] == "cpu")
 
 
+@pytest.mark.cuda
 @needs_nvcc_13_0
 def test_kernel_relu_cuda_variants_here_and_not():
     variants = {r["variant"]: r for r in doctor.diagnose(RELU).kernel.variants}
@@ -279,6 +282,7 @@ def test_registered_once(cli_app):
     assert sum(c.name == "doctor" for c in cli_app.registered_commands) == 1
 
 
+@pytest.mark.e2e
 def test_bad_kernel_dir_is_one_line_error(tmp_path):
     """Through kbuild's own entry point, as the lead wires it: exit 2, one line, no traceback."""
     script = tmp_path / "kbuild_doctor.py"

@@ -178,6 +178,8 @@ def created(tmp_path_factory):
     return root, envs, env, said
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_created_env_is_reused_found_and_listed(created, monkeypatch):
     root, envs, env, said = created
     _use_store(monkeypatch, root)
@@ -211,6 +213,8 @@ def test_created_env_is_reused_found_and_listed(created, monkeypatch):
     assert row["key"] == CPU_213.key and row["complete"] and row["torch"] == "2.13" and row["compute"] == "cpu"
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_prune_removes_the_created_env(created, monkeypatch):
     root, envs, env, _ = created
     _use_store(monkeypatch, root)
@@ -224,6 +228,8 @@ def test_prune_removes_the_created_env(created, monkeypatch):
 
 
 # -- failures ---------------------------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_pip_failure_leaves_no_env_and_one_line(store, tmp_path, monkeypatch):
     # Offline and fast: the primary index does not exist and the find-links folder (pip
     # config on this machine points at one with a torch wheel) is replaced by an empty one.
@@ -243,6 +249,8 @@ def test_pip_failure_leaves_no_env_and_one_line(store, tmp_path, monkeypatch):
     assert prune() == [] and not log.exists(), "prune clears a failed creation's log"
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_wrong_flavour_is_caught_and_removed(store):
     # pip config here offers only the CPU wheel of torch 2.13 (find-links); asking for
     # CUDA 12.6 from a missing index makes pip install it: kbuild must refuse that torch.
@@ -258,6 +266,8 @@ def test_wrong_flavour_is_caught_and_removed(store):
     assert not (store / spec.key).exists() and find_env(spec) is None
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_ctrl_c_removes_the_half_made_env(store):
     script = (
         # Ctrl-C as in a terminal, even when the test run itself ignores SIGINT (a shell's
@@ -342,6 +352,7 @@ def test_cli_create_bad_name_is_one_line_error():
     assert result.exit_code != 0 and isinstance(result.exception, KbuildError)
 
 
+@pytest.mark.e2e
 def test_kbuild_env_create_bad_name_via_the_real_cli():
     result = subprocess.run(
         [sys.executable, "-m", "kernel_builder.cli", "env", "create", "torch214-nonsense"],

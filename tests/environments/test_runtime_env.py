@@ -34,6 +34,8 @@ def test_needs_are_python_depends_plus_third_party_imports(tmp_path):
     assert needs.packages == ("apache-tvm-ffi", "nvidia-cutlass-dsl", "requests")
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_the_overlay_is_made_once_sees_torch_and_its_packages():
     # The same key as the noarch build tests' import check: one creation per session.
     first = runtime_python(sys.executable, ["triton", "einops"])
@@ -51,6 +53,8 @@ def test_the_overlay_is_made_once_sees_torch_and_its_packages():
     assert runtime_python(sys.executable, []) == sys.executable
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_a_package_no_index_has_is_a_one_line_error():
     with pytest.raises(RuntimeEnvError) as error:
         runtime_python(sys.executable, ["kbuild-fixture-module-no-index-has"])
@@ -59,6 +63,8 @@ def test_a_package_no_index_has_is_a_one_line_error():
     assert "No matching distribution found" in error.value.message
 
 
+@pytest.mark.e2e
+@pytest.mark.creates_env
 def test_env_list_and_prune_know_the_overlays(tmp_path, monkeypatch):
     """Overlays (about 1 GB with triton) are listed and pruned like build environments; one
     whose base interpreter is gone cannot run and always goes."""

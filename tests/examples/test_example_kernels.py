@@ -29,6 +29,8 @@ from kernel_builder.compile.backends.rocm import hipcc_path
 from cuda_toolkit import CUDA_VARIANT, embedded, needs_nvcc
 from ninja_commands import ninja_commands, only
 
+pytestmark = pytest.mark.e2e
+
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 
 
@@ -87,6 +89,7 @@ def test_own_test_suite_passes(example):
     assert " passed" in last and "failed" not in last and "error" not in last and "skipped" not in last, last
 
 
+@pytest.mark.cuda
 def test_cuda_variant_embeds_sm80_and_sm90(example):
     _, built = example
     row = built.rows["cuda"]
@@ -128,6 +131,7 @@ print("registered", name)
     assert f"registered _{spec.name.replace('-', '_')}_cuda_" in result.stdout, result.stdout
 
 
+@pytest.mark.rocm
 def test_rocm_device_code_compiles_for_gfx90a(example):
     spec, built = example
     row = built.rows["rocm"]

@@ -17,6 +17,8 @@ from conftest import copy_example, kbuild, run_example_tests
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.compile.backends.rocm import hipcc_path
 
+pytestmark = pytest.mark.e2e
+
 TORCH_TAG = "torch{}{}".format(*torch.__version__.split(".")[:2])
 CPU_VARIANT = f"{TORCH_TAG}-cxx11-cpu-x86_64-linux"
 CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"  # nvcc 13.0's newest torch in the default matrix

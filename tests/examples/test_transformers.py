@@ -27,6 +27,8 @@ import pytest
 
 from tiny_llama import FUSE_RMSNORM_MLP, TINY_LLAMA, run
 
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("transformers", reason="transformers is in the test extras; not installed here")
 
 # fp32 end to end; the kernels use a different (vectorized, blocked) summation order than

@@ -103,6 +103,7 @@ def test_cli_missing_build_toml_is_one_line(tmp_path):
     assert result.returncode == 2 and len(lines) == 1 and "build.toml: not found" in lines[0]
 
 
+@pytest.mark.e2e
 def test_edition6_relu_builds_its_cpu_variant_and_loads_in_kernels(tmp_path):
     root = copy_example("relu", tmp_path)
     text = (root / "build.toml").read_text()

@@ -21,6 +21,8 @@ import torch
 from conftest import EXAMPLES, REPO, kbuild
 from hub_fixture import hub_env
 
+pytestmark = pytest.mark.e2e
+
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 
 

@@ -17,6 +17,8 @@ from conftest import REPO, kbuild
 from hub_fixture import hub_env
 from test_publish import fused, git, publish, refs  # noqa: F401 - fused is a fixture
 
+pytestmark = pytest.mark.e2e
+
 REPO_ID = "me/fused"
 
 

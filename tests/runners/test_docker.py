@@ -413,6 +413,7 @@ def kbuild_docker(*args: str, env: dict | None = None, cwd: Path) -> subprocess.
                           env=dict(os.environ, **(env or {})), check=False)
 
 
+@pytest.mark.e2e
 def test_build_images_dry_run_lists_images(tmp_path):
     result = kbuild_docker("build-images", "torch=2.14 backend=cpu,cuda arch=x86_64", "--dry-run", cwd=tmp_path,
                            env={"DOCKER_HOST": NO_ENGINE})  # a dry run needs no engine
@@ -433,6 +434,7 @@ def test_build_images_dry_run_lists_images(tmp_path):
         f"torch21{m}-{b}-aarch64-darwin" for m in (2, 3, 4) for b in ("cpu", "metal")}
 
 
+@pytest.mark.e2e
 def test_build_images_without_an_engine_says_so_in_one_line(tmp_path):
     result = kbuild_docker("build-images", "torch=2.14 backend=cpu arch=x86_64", cwd=tmp_path, env={"DOCKER_HOST": NO_ENGINE})
     assert result.returncode == 1
@@ -441,6 +443,7 @@ def test_build_images_without_an_engine_says_so_in_one_line(tmp_path):
     )
 
 
+@pytest.mark.e2e
 def test_build_images_selection_errors_are_one_line(tmp_path):
     result = kbuild_docker("build-images", "torch>=2.99", "--dry-run", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -487,6 +490,7 @@ class HostEngine:
         return HostContainer(kwargs, self.home)
 
 
+@pytest.mark.e2e
 def test_build_runner_docker_runs_each_job_in_its_container_and_reports_its_row(tmp_path, monkeypatch):
     from kernel_builder.build.pipeline import build_kernel
 
@@ -521,6 +525,8 @@ def _engine_or_skip():
     return client
 
 
+@pytest.mark.e2e
+@pytest.mark.docker
 def test_builds_tiny_in_a_container(tmp_path):
     client = _engine_or_skip()
     arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(os.uname().machine.lower(), os.uname().machine)

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import copy_example, kbuild, published_kernels
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="session")
 def relu_build(tmp_path_factory) -> Path:

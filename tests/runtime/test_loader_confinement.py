@@ -85,6 +85,7 @@ def plant_pyc(variant: Path, module: str, evil_source: str) -> Path:
     return pyc
 
 
+@pytest.mark.e2e
 def test_a_planted_pyc_does_not_run(variant):
     real = (variant / "layers.py").read_text()
     plant_pyc(variant, "layers", "EVIL = True\n" + real)
@@ -109,6 +110,7 @@ def test_a_planted_pyc_does_not_run(variant):
     assert result.stdout.strip() == "clean"
 
 
+@pytest.mark.e2e
 def test_loading_reads_and_writes_no_bytecode(variant):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     result = subprocess.run(
@@ -119,6 +121,7 @@ def test_loading_reads_and_writes_no_bytecode(variant):
     assert not list(variant.rglob("__pycache__")) and not list(variant.rglob("*.pyc"))
 
 
+@pytest.mark.e2e
 def test_a_stray_sourceless_module_is_not_imported(variant):
     """`x.pyc` beside the sources is skipped by the digest; the loader never imports it."""
     code = compile("EVIL = True\n", "stray", "exec")
@@ -134,6 +137,7 @@ def test_a_stray_sourceless_module_is_not_imported(variant):
     assert result.stdout.strip() == "clean"
 
 
+@pytest.mark.e2e
 def test_a_file_changed_after_the_check_is_refused_at_import(variant):
     from kernel_builder.runtime.verified_import import TamperedError, VerifiedPackage
 
@@ -146,6 +150,7 @@ def test_a_file_changed_after_the_check_is_refused_at_import(variant):
 
 
 # -- 2. entries that are not regular files or folders -----------------------------------
+@pytest.mark.e2e
 def test_a_symlinked_folder_is_refused(variant, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -155,6 +160,7 @@ def test_a_symlinked_folder_is_refused(variant, tmp_path):
     assert "_ops: a symlink" in line and str(elsewhere) in line
 
 
+@pytest.mark.e2e
 def test_a_symlinked_file_is_refused(variant, tmp_path):
     (tmp_path / "other.py").write_text((variant / "layers.py").read_text())
     (variant / "layers.py").unlink()
@@ -162,6 +168,7 @@ def test_a_symlinked_file_is_refused(variant, tmp_path):
     assert "layers.py: a symlink" in one_line_error(load(variant))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero-link", "fifo-metadata"])
 def test_a_fifo_or_device_does_not_hang(variant, kind):
     if kind == "fifo":
@@ -181,6 +188,7 @@ def test_a_fifo_or_device_does_not_hang(variant, kind):
     assert check.returncode != 0 and expected.split(":")[0].split(" ")[0] in check.stdout + check.stderr
 
 
+@pytest.mark.e2e
 def test_an_extra_file_is_refused_and_pycache_is_ignored(variant):
     (variant / "__pycache__").mkdir()
     (variant / "__pycache__" / "anything.pyc").write_bytes(b"\0")
@@ -234,6 +242,7 @@ def get(cache: Path, lock: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=60, check=False)
 
 
+@pytest.mark.e2e
 def test_hub_cache_links_into_blobs_are_the_only_links_accepted(built, tmp_path):
     folder = hub_cache(built, tmp_path)
     assert verify_digest(folder, read_metadata(folder)) == []
@@ -243,6 +252,7 @@ def test_hub_cache_links_into_blobs_are_the_only_links_accepted(built, tmp_path)
     assert any(p.startswith("layers.py: a symlink") for p in verify_digest(folder, read_metadata(folder)))
 
 
+@pytest.mark.e2e
 def test_get_kernel_from_the_cache_ignores_a_planted_pyc(built, tmp_path):
     folder = hub_cache(built, tmp_path)
     plant_pyc(folder, "layers", "EVIL = True\n" + (built / "layers.py").read_text())
@@ -251,6 +261,7 @@ def test_get_kernel_from_the_cache_ignores_a_planted_pyc(built, tmp_path):
     assert result.stdout.strip() == "clean"
 
 
+@pytest.mark.e2e
 def test_get_kernel_with_a_lock_does_not_hang_on_a_fifo_blob(built, tmp_path):
     from kernel_builder.runtime.lockfile import local_variant_hash
 
@@ -273,6 +284,7 @@ def rewrite_metadata(variant: Path, **changes) -> None:
     (variant / "metadata.json").write_text(json.dumps(metadata))
 
 
+@pytest.mark.e2e
 def test_a_name_leaving_the_folder_is_refused(variant, tmp_path):
     # The nested-package fallback would import <variant>/../../evil/__init__.py.
     (tmp_path / "evil").mkdir()
@@ -282,11 +294,13 @@ def test_a_name_leaving_the_folder_is_refused(variant, tmp_path):
     assert "'name' must be a kernel name" in line and "'../../evil'" in line
 
 
+@pytest.mark.e2e
 def test_an_id_that_is_not_an_identifier_is_refused(variant):
     rewrite_metadata(variant, id="../x")
     assert "'id' must be a Python identifier" in one_line_error(load(variant))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["relu", "flash-attn2", "re--lu", "ab", "a", "Relu", "relu_x", "relu-", "1relu", "../x", "relu\n"])
 def test_kernel_names_are_accepted_as_kernels_accepts_them(variant, name):
     from kernels._rust import KernelName
@@ -334,6 +348,7 @@ def test_get_kernel_refuses_a_dict_before_any_request(tmp_path):
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
+@pytest.mark.e2e
 def test_deep_or_non_utf8_metadata_is_one_line(variant):
     metadata = variant / "metadata.json"
     metadata.write_text(DEEP)
@@ -344,6 +359,7 @@ def test_deep_or_non_utf8_metadata_is_one_line(variant):
     assert str(metadata) in line and "not UTF-8" in line
 
 
+@pytest.mark.e2e
 def test_brackets_inside_strings_do_not_count(variant):
     rewrite_metadata(variant, license="[" * 1000 + '\\"{')
     assert read_metadata(variant)["license"].startswith("[[[")

@@ -216,6 +216,7 @@ def make_project(folder: Path, deps: str) -> Path:
     return folder
 
 
+@pytest.mark.e2e
 def test_kbuild_lock_writes_the_lock_and_locked_loads_verify_it(lock_hub, tmp_path):
     env = client_env(lock_hub.server, tmp_path)
     project = make_project(tmp_path / "app", f'"{RELU}" = 1\n"acme/fused" = ">=1.0,<2.0"\n')
@@ -259,6 +260,7 @@ def test_kbuild_lock_writes_the_lock_and_locked_loads_verify_it(lock_hub, tmp_pa
     assert both["type"] == "KernelVersionError" and "either lockfile= or a version" in both["error"]
 
 
+@pytest.mark.e2e
 def test_kbuild_lock_kernels_format_is_read_by_kernels(lock_hub, tmp_path):
     from kernels._rust import KernelDependency, KernelLocks, KernelVersion
 
@@ -274,6 +276,7 @@ def test_kbuild_lock_kernels_format_is_read_by_kernels(lock_hub, tmp_path):
     assert (loaded["value"], loaded["sha"]) == (12, lock_hub.commits["v1-head"])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "deps, words",
     [

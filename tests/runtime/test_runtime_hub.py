@@ -364,6 +364,7 @@ def requests_during(server, fn):
     return result, server.requests[before:]
 
 
+@pytest.mark.e2e
 def test_versions_tags_ranges_and_revisions(published, tmp_path):
     c = published.commits
     out = run_client(
@@ -386,6 +387,7 @@ def test_versions_tags_ranges_and_revisions(published, tmp_path):
     ]
 
 
+@pytest.mark.e2e
 def test_one_line_errors(published, tmp_path):
     out = run_client(
         client_env(published.server, tmp_path),
@@ -407,6 +409,7 @@ def test_one_line_errors(published, tmp_path):
     assert "torch-cuda was rejected: pure-Python build for cuda, but the backend here is cpu" in errors[4][1]
 
 
+@pytest.mark.e2e
 def test_cached_loads_online_and_offline_and_only_one_variant_is_downloaded(published, tmp_path):
     server, c = published.server, published.commits
     env = client_env(server, tmp_path)
@@ -452,6 +455,7 @@ def test_cached_loads_online_and_offline_and_only_one_variant_is_downloaded(publ
     assert offline[-1] == {"hf_imported": False} and requests == []
 
 
+@pytest.mark.e2e
 def test_a_file_changed_in_the_cache_is_refused_by_name(published, tmp_path):
     env = client_env(published.server, tmp_path)
     first = run_client(env, (RELU, {"version": 1}))[0]
@@ -467,6 +471,7 @@ def test_a_file_changed_in_the_cache_is_refused_by_name(published, tmp_path):
         assert "_impl.py: hash mismatch" in refused["error"] and "Nothing was imported" in refused["error"]
 
 
+@pytest.mark.e2e
 def test_untrusted_namespaces_are_refused_before_any_request(published, tmp_path):
     server = published.server
     env = client_env(server, tmp_path)
@@ -485,6 +490,7 @@ def test_untrusted_namespaces_are_refused_before_any_request(published, tmp_path
     assert allowed[0]["value"] == 30
 
 
+@pytest.mark.e2e
 def test_a_repo_of_model_type_loads_too(published, tmp_path):
     """Kernels published before the Hub had kernel repos are model repos: refs are looked up
     as a kernel first, then as a model, and the cache folder follows the type."""

@@ -177,6 +177,7 @@ def test_init_writes_the_workflow_and_actionlint_passes_it(kernel):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.e2e
 def test_sharded_and_gpu_workflows_pass_actionlint(tmp_path, kbuild_bin):
     root = tmp_path / "k"
     scaffold(root, "k", KERNELS["all"])
@@ -202,6 +203,7 @@ def test_the_projects_own_ci_passes_actionlint_and_runs_ci_run():
     assert "bash .ci/run" in runs
 
 
+@pytest.mark.e2e
 def test_every_kbuild_command_parses_and_the_plan_has_the_shape_the_matrices_read(kernel, kbuild_bin, tmp_path):
     workflow = load(kernel / WORKFLOW_PATH)
     plan = plan_output(workflow, kernel, kbuild_bin, tmp_path)
@@ -284,6 +286,7 @@ def test_complete_names_what_is_missing_or_extra(tmp_path):
         check_complete(tmp_path, ["a"])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "args,message",
     [
@@ -306,6 +309,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, kbuild_bin, args, message):
     assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
 
 
+@pytest.mark.e2e
 def test_an_existing_workflow_is_kept_without_force(tmp_path, kbuild_bin):
     root = tmp_path / "k"
     scaffold(root, "k", ["cpu"])
@@ -324,6 +328,7 @@ def test_init_writes_no_workflow_for_a_metal_only_kernel(tmp_path):
 
 
 # -- the CI build, reproduced here ------------------------------------------------------------
+@pytest.mark.e2e
 def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp_path, kbuild_bin):
     """The pure-Python fixture kernel, committed with its workflow, through the workflow's own
     plan, build and publish steps against the test Hub. Two differences from GitHub: this

@@ -283,6 +283,7 @@ def test_templates_dir_points_at_the_checkout():
 # -- the generated CPU source, compiled for real --------------------------------------
 
 
+@pytest.mark.e2e
 def test_real_compile_of_generated_cpu_source_matches_reference(tmp_path):
     """REAL COMPILE (30-60 s): g++ builds the scaffolded binding + CPU unit with the CPU
     variant's defines, then the op, the functional API and the layer are checked."""

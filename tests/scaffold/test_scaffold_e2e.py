@@ -40,6 +40,7 @@ def test_init_refuses_an_existing_folder(tmp_path):
     assert result.returncode == 1 and "already exists" in result.stderr
 
 
+@pytest.mark.e2e
 def test_init_then_build_then_generated_tests_pass(tmp_path):
     kbuild("init", "demo", "--backends", "cpu,cuda", cwd=tmp_path, check=True)
     result = kbuild("build", "demo", "--json", cwd=tmp_path, check=True)
@@ -55,6 +56,7 @@ def test_init_then_build_then_generated_tests_pass(tmp_path):
     assert tests.returncode == 0 and "12 passed" in tests.stdout, tests.stdout[-2000:]
 
 
+@pytest.mark.e2e
 def test_demo_command(tmp_path):
     result = kbuild("demo", "--dir", str(tmp_path), check=True)
     assert "matches x + 0.5 * y" in result.stdout

@@ -38,6 +38,8 @@ from kernel_builder.testing import TEST_USER, HubServer
 from kernel_builder.testing.hub import CLIENT_CLOSED
 from kernel_builder.testing.hub_api import AUTH_REQUIRED, INVALID_TOKEN
 
+pytestmark = pytest.mark.e2e
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNEL = "kernels-community/hub-tiny"
 SO_BYTES = b"\x7fELF\x02\x01\x01\0\0\0" + bytes(range(256)) * 8  # NUL bytes: binary, so LFS

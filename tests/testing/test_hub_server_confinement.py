@@ -15,6 +15,8 @@ from huggingface_hub import HfApi
 
 from test_hub_server import KERNEL, kernel_folder, publish, raw
 
+pytestmark = pytest.mark.e2e
+
 NDJSON = {"Content-Type": "application/x-ndjson"}
 LFS_JSON = {"Content-Type": "application/vnd.git-lfs+json"}
 HEADER = {"key": "header", "value": {"summary": "raw", "description": ""}}
