@@ -102,6 +102,15 @@ def built_example(tmp_path_factory):
     return build
 
 
+@pytest.fixture(scope="session")
+def relu_cpu(tmp_path_factory) -> Path:
+    """A copy of examples/relu with its torch 2.13 CPU variant built, once per session, for
+    the tests that only read that build (the runtime's loaders, confinement, interop)."""
+    root = copy_example("relu", tmp_path_factory.mktemp("relu-cpu"))
+    kbuild("build", str(root), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
+    return root
+
+
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
     """An example's own test suite, in a fresh interpreter, against its build/."""
     return subprocess.run(

@@ -249,11 +249,11 @@ def test_cuda_variant_builds_once_and_passes_the_check(kernel):
 
 # -- an ordinary build is flagged -----------------------------------------------------------------
 @pytest.mark.e2e
-def test_the_check_names_the_torch_symbols_of_an_ordinary_build(tmp_path):
-    """tests/fixtures/tiny registers with TORCH_LIBRARY: its .so uses torch's C++ ABI."""
-    tiny = copy_fixture("tiny", tmp_path)
-    kbuild("build", str(tiny), "--no-create-env", check=True)
-    (built,) = (tiny / "build").iterdir()
+def test_the_check_names_the_torch_symbols_of_an_ordinary_build(built_example, tmp_path):
+    """examples/swiglu registers with TORCH_LIBRARY: its CPU .so uses torch's C++ ABI.
+    (The session's build of it, shared with the example tests: only read here.)"""
+    swiglu = built_example("swiglu")
+    built = swiglu.root / "build" / swiglu.rows["cpu"]["variant"]
     (library,) = built.glob("*.so")
     found = torch_imports(library).non_stable
     assert any(name.startswith("torch::Library::") for name in found), found

@@ -12,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild, published_kernels
+from conftest import published_kernels
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="session")
-def relu_build(tmp_path_factory) -> Path:
-    root = copy_example("relu", tmp_path_factory.mktemp("interop"))
-    kbuild("build", str(root), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
-    return root
+def relu_build(relu_cpu) -> Path:
+    return relu_cpu  # conftest.py: built once per session, shared with the loader tests
 
 
 def _run(script: str, shadow: str | None) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild
+from conftest import kbuild
 from kernel_builder.runtime import KernelLoadError, get_kernel, read_metadata, verify_digest
 from kernel_builder.runtime.files import MAX_JSON_DEPTH
 from kernel_builder.runtime.trust import UntrustedKernelError, check_trust
@@ -26,10 +26,8 @@ VARIANT = "torch213-cxx11-cpu-x86_64-linux"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    root = copy_example("relu", tmp_path_factory.mktemp("confine"))
-    kbuild("build", str(root), "--variant", VARIANT, check=True)
-    return root / "build" / VARIANT
+def built(relu_cpu) -> Path:
+    return relu_cpu / "build" / VARIANT  # conftest.py: built once per session, only read here
 
 
 @pytest.fixture
