@@ -16,7 +16,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-FIXTURES = REPO / "tests" / "fixtures"
 pytest_plugins = ["hub_fixture"]
 # Fixture kernels' own tests (fixtures/tested/tests/) import a built kernel by its python
 # name: they run only through `kbuild test` against a build, never in kbuild's own suite.
