@@ -137,7 +137,7 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def built(built_example) -> dict:
-    """The examples built in place (shared with the other example tests)."""
+    """The examples, built once per session (shared with the other example tests)."""
     return {name: built_example(name).root for name in ("layer-norm", "swiglu")}
 
 
