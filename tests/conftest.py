@@ -1,7 +1,8 @@
-"""Shared test helpers: the real CLI in a subprocess, copies of the examples."""
+"""Shared test helpers: the real CLI in a subprocess or in this process, copies of the examples."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -44,6 +45,31 @@ def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None, check: 
     return result
 
 
+def kbuild_in_process(*args: str, cwd: Path | None = None, env: dict | None = None,
+                      check: bool = False) -> subprocess.CompletedProcess:
+    """The CLI in this process (typer's CliRunner on kernel_builder.cli.main.app), for tests of
+    parsing, plans and error messages: the same returncode/stdout/stderr as `kbuild`, without
+    a new interpreter. A KbuildError comes back as cli.main prints it: one line, its exit code.
+    Tests of the real process (entry point, signals, concurrency) keep `kbuild`."""
+    from typer.testing import CliRunner
+
+    from kernel_builder.cli.main import app
+    from kernel_builder.errors import KbuildError
+
+    with contextlib.chdir(cwd or os.getcwd()):
+        result = CliRunner().invoke(app, list(args), env=env)
+    if isinstance(result.exception, KbuildError):
+        error = f"kbuild: error: {result.exception.message}\n"
+        done = subprocess.CompletedProcess(args, result.exception.exit_code, result.stdout, result.stderr + error)
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    else:
+        done = subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+    if check and done.returncode != 0:
+        raise AssertionError(f"kbuild {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done
+
+
 def copy_example(name: str, dest: Path) -> Path:
     target = dest / name
     shutil.copytree(EXAMPLES / name, target, ignore=shutil.ignore_patterns("build", "__pycache__"))
@@ -58,19 +84,30 @@ class BuiltExample:
 
 
 @pytest.fixture(scope="session")
-def built_example():
-    """`kbuild build examples/<name>` in place, as the README runs it, once per session:
-    every backend this machine can build or check."""
+def built_example(tmp_path_factory):
+    """`kbuild build <copy of examples/<name>>`, as the README runs it, once per session:
+    every backend this machine can build or check. The copy keeps examples/ free of build
+    output, and of a half-written build/ when a session is interrupted."""
     built: dict[str, BuiltExample] = {}
 
     def build(name: str) -> BuiltExample:
         if name not in built:
-            result = kbuild("build", str(EXAMPLES / name), "--json", check=True)
+            root = copy_example(name, tmp_path_factory.mktemp("examples"))
+            result = kbuild("build", str(root), "--json", check=True)
             rows = {row["backend"]: row for row in json.loads(result.stdout)["jobs"]}
-            built[name] = BuiltExample(EXAMPLES / name, rows, result.stderr)
+            built[name] = BuiltExample(root, rows, result.stderr)
         return built[name]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def relu_cpu(tmp_path_factory) -> Path:
+    """A copy of examples/relu with its torch 2.13 CPU variant built, once per session, for
+    the tests that only read that build (the runtime's loaders, confinement, interop)."""
+    root = copy_example("relu", tmp_path_factory.mktemp("relu-cpu"))
+    kbuild("build", str(root), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
+    return root
 
 
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:

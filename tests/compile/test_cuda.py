@@ -1,0 +1,118 @@
+"""The CUDA backend: capabilities and flags, then real nvcc builds of examples/swiglu
+against a CUDA torch in kbuild's managed build environment (created on first use, about
+a minute and 5 GB), read back with cuobjdump and imported in that environment.
+
+There is no GPU here: importing registers the ops with their CUDA implementation, which
+is what the test checks; running them needs a GPU (see the device checks in benchmarks/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_example, kbuild
+from cuda_toolkit import CUDA_VARIANT, NVCC, embedded, needs_nvcc
+from kernel_builder.compile.backends.cuda import (
+    default_capabilities,
+    effective_capabilities,
+    gencode_flags,
+    nvcc_architectures,
+    units_for_version,
+)
+from kernel_builder.paths import cache_dir, short_key
+from kernel_builder.errors import BuildError
+from kernel_builder.kernel.manifest import KernelUnit, load_manifest
+
+
+# -- capabilities and flags (no compiler needed) -------------------------------------------
+
+
+def unit(**keys) -> KernelUnit:
+    return KernelUnit(name="k", backend="cuda", src=("k.cu",), **keys)
+
+
+def test_default_capabilities_follow_the_cuda_version_with_ptx_for_the_newest():
+    assert default_capabilities((13, 0))[0] == "7.5" and default_capabilities((13, 0))[-1] == "12.1+PTX"
+    assert default_capabilities((12, 8))[0] == "7.0" and default_capabilities((12, 8))[-1] == "12.0+PTX"
+    assert default_capabilities((12, 6))[-1] == "9.0+PTX" and "10.0" not in default_capabilities((12, 6))
+    # kernel-builder's defaults (FORMATS.md): CUDA 13 drops 7.0/7.2 and has no 8.8 or 10.3.
+    assert default_capabilities((13, 2)) == ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX")
+    assert default_capabilities((12, 8))[:2] == ("7.0", "7.2") and default_capabilities((12, 6))[:2] == ("7.0", "7.2")
+
+
+def test_capabilities_are_intersected_with_what_nvcc_supports():
+    supported = frozenset({"7.5", "8.0", "9.0"})
+    assert effective_capabilities(unit(cuda_capabilities=("7.0", "8.0", "9.0a", "12.0")), (13, 0), supported) == ("8.0", "9.0a")
+    assert effective_capabilities(unit(), (13, 0), supported) == ("7.5", "8.0", "9.0")
+    with pytest.raises(BuildError, match=r"\[kernel.k\] cuda-capabilities 3.5, 5.0: nvcc 13.0 supports none of them"):
+        effective_capabilities(unit(cuda_capabilities=("3.5", "5.0")), (13, 0), supported)
+
+
+def test_gencode_flags_give_sass_per_capability_and_ptx_when_asked():
+    assert gencode_flags(("8.0", "9.0a", "12.1+PTX")) == (
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_121,code=sm_121",
+        "-gencode=arch=compute_121,code=compute_121",
+    )
+
+
+def test_cuda_minver_leaves_a_unit_out_of_older_cuda(tmp_path):
+    root = copy_example("swiglu", tmp_path)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('cuda-capabilities = ["8.0", "9.0"]', 'cuda-capabilities = ["8.0", "9.0"]\ncuda-minver = "13.0"'))
+    manifest = load_manifest(root)
+    assert [u.name for u in units_for_version(manifest, (13, 0))] == ["swiglu_cuda"]
+    assert units_for_version(manifest, (12, 8)) == ()
+
+
+@needs_nvcc
+def test_nvcc_lists_its_architectures():
+    archs = nvcc_architectures(NVCC)
+    assert {"8.0", "9.0"} <= archs and all(a.count(".") == 1 for a in archs)
+
+
+@pytest.mark.e2e
+def test_general_cuda_bounds_skip_the_backend_with_the_reason(tmp_path):
+    root = copy_example("swiglu", tmp_path)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace("\n[torch]\n", '\n[general.cuda]\nmaxver = "12.8"\n\n[torch]\n', 1))
+    result = kbuild("build", str(root), "--json", "--no-create-env", "--variant", "torch213-cxx11-cu130-x86_64-linux")
+    assert result.returncode == 2 and "[general.cuda] maxver 12.8 excludes CUDA 13.0" in result.stderr
+
+
+# -- real builds -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def swiglu_cuda(built_example) -> Path:
+    """examples/swiglu built as the README runs it (a session copy): CPU and CUDA variants (their
+    SASS and registration are checked in test_example_kernels.py)."""
+    built = built_example("swiglu")
+    assert built.rows["cuda"]["variant"] == CUDA_VARIANT, built.rows["cuda"]
+    return built.root / "build" / CUDA_VARIANT
+
+
+@pytest.mark.e2e
+@pytest.mark.creates_env
+@needs_nvcc
+def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
+    root = copy_example("swiglu", tmp_path)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('cuda-capabilities = ["8.0", "9.0"]', 'cuda-capabilities = ["8.0+PTX"]\ncuda-flags = ["-DSWIGLU_TEST_FLAG=1"]'))
+    result = kbuild("build", str(root), "--variant", CUDA_VARIANT, "--nvcc-threads", "1", "--max-jobs", "1", check=True)
+    assert "built" in result.stderr
+    folder = root / "build" / CUDA_VARIANT
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert metadata["backend"]["archs"] == ["8.0"]
+    library = folder / f"{metadata['id']}.abi3.so"
+    assert embedded(library, "elf") == ["sm_80"]
+    assert embedded(library, "ptx") == ["compute_80"]
+    # The unit's cuda-flags and the requested parallelism reached nvcc.
+    work = cache_dir("work", short_key(str(root.resolve())), CUDA_VARIANT)
+    assert "NVCC_APPEND_FLAGS=--threads 1" in (work / "build.log").read_text()
+    compile_commands = json.loads((work / "build" / "compile_commands.json").read_text())
+    cu = [c["command"] for c in compile_commands if c["file"].endswith(".cu")]
+    assert cu and "-DSWIGLU_TEST_FLAG=1" in cu[0] and "-gencode=arch=compute_80,code=compute_80" in cu[0]

@@ -1,0 +1,289 @@
+"""`kbuild doctor`: what this machine can build, judged by the backends' own lookups.
+
+Nothing is built. The Docker engine is pointed at a socket that does not exist, so the
+answer does not depend on the machine; a dummy torch index keeps the judging of CUDA
+variants from asking pip which flavour its index serves (a few seconds per release)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from kernel_builder.doctor import checkup as doctor
+from kernel_builder.compile.backends.common import cxx_compiler, host_platform
+from kernel_builder.compile.backends.cuda import nvcc_path
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests" / "fixtures" / "tiny"
+RELU = REPO / "examples" / "relu"
+HERE = "-".join(host_platform())
+ENVIRONMENT = {
+    "DOCKER_HOST": "unix:///nonexistent.sock",
+    "KBUILD_TORCH_INDEX": "http://127.0.0.1:9/simple",  # never contacted: nothing is created
+}
+
+
+def _nvcc_release() -> str | None:
+    """nvcc's release as the test reads it, independently of the backend."""
+    path = nvcc_path()
+    if path is None:
+        return None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+NVCC = _nvcc_release()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH or in $CUDA_HOME")
+needs_nvcc_13_0 = pytest.mark.skipif(NVCC != "13.0", reason=f"nvcc 13.0 is not here (found {NVCC})")
+needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler (g++, c++, clang++ or $CXX)")
+not_macos = pytest.mark.skipif(sys.platform == "darwin", reason="Metal can be available on macOS")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch):
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def report():
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in ENVIRONMENT.items():
+            mp.setenv(name, value)
+        return doctor.diagnose()
+
+
+@pytest.fixture(scope="module")
+def cli_app():
+    from kernel_builder.cli.main import app
+
+    return app
+
+
+# -- backends -----------------------------------------------------------------------------
+@pytest.mark.cuda
+@needs_nvcc
+def test_cuda_names_nvcc_and_its_release(report):
+    cuda = report.backend("cuda")
+    assert cuda.tool == "nvcc"
+    assert cuda.path == nvcc_path()
+    assert cuda.version == NVCC
+    assert "compute capability" in (cuda.detail or "")
+
+
+@pytest.mark.cuda
+@needs_nvcc_13_0
+def test_nvcc_13_0_builds_cuda_13_0_variants(report):
+    cuda = report.backend("cuda")
+    assert cuda.available and cuda.status == doctor.OK
+    assert cuda.variants and all("-cu130-" in v for v in cuda.variants)
+    assert cuda.reason is None and cuda.install is None
+
+
+@needs_cxx
+def test_cpu_toolchain_is_available_with_its_version(report):
+    cpu = report.backend("cpu")
+    assert cpu.available, cpu.reason
+    assert cpu.path == cxx_compiler()
+    assert cpu.version and re.fullmatch(r"\d+\.\d+(\.\d+)?", cpu.version)
+    if Path(cpu.path).name == "g++":
+        full = subprocess.run([cpu.path, "-dumpfullversion"], capture_output=True, text=True, check=False).stdout.strip()
+        assert cpu.version == full
+    assert any(v.endswith(f"-cpu-{HERE}") for v in cpu.variants)
+
+
+@not_macos
+def test_metal_unavailable_with_reason(report):
+    metal = report.backend("metal")
+    assert metal.status == doctor.MISSING and not metal.available
+    assert "xcrun" in metal.reason or "macOS" in metal.reason
+    assert "Xcode" in metal.install
+
+
+@pytest.mark.skipif(shutil.which("icpx") is not None, reason="icpx is on PATH")
+def test_xpu_unavailable_with_reason(report):
+    xpu = report.backend("xpu")
+    assert xpu.status == doctor.MISSING
+    assert "icpx" in xpu.reason and "oneAPI" in xpu.reason
+    assert "icpx" in xpu.install
+
+
+def test_every_backend_is_judged(report):
+    assert [b.backend for b in report.backends] == ["cpu", "cuda", "metal", "rocm", "xpu"]
+    for b in report.backends:
+        assert b.status in (doctor.OK, doctor.LIMITED, doctor.MISSING)
+        assert (b.status == doctor.OK) == bool(b.variants)
+        if not b.available:
+            assert b.reason and b.install, b
+
+
+def test_limited_toolchain_gives_the_variants_reason(monkeypatch):
+    """A toolchain that no variant of the matrix fits (HIP 5.2 against ROCm 7 torch) is
+    found, yet LIMITED, with the variant's reason and the versions to install."""
+    from kernel_builder.environments.choice import EnvChooser
+
+    monkeypatch.setattr(doctor, "toolchain", lambda b: doctor.BackendFinding(b, doctor.OK, "fake", "/x/fake", "0.1"))
+    monkeypatch.setattr("kernel_builder.build.host.judge", lambda m, v, c: {"variant": v.name, "buildable": False, "reason": f"needs {v.compute}"})
+    found = doctor.judge_backend("cuda", EnvChooser(None))
+    assert found.status == doctor.LIMITED and found.path == "/x/fake"
+    assert found.reason.startswith("needs cu")
+    assert "CUDA toolkit" in found.install and re.search(r"\d+\.\d+", found.install)
+
+
+# -- Docker -------------------------------------------------------------------------------
+def test_docker_unreachable_with_reason(report):
+    pytest.importorskip("docker")
+    assert not report.docker.reachable
+    assert report.docker.host == "unix:///nonexistent.sock"
+    assert report.docker.reason.startswith("no Docker engine reachable")
+    assert "unix:///nonexistent.sock" in report.docker.reason
+    assert report.docker.install
+
+
+def test_docker_probe_is_bounded(monkeypatch):
+    """An engine that never answers costs the doctor `timeout` seconds, not the SDK's 60."""
+    release = threading.Event()
+    monkeypatch.setattr("kernel_builder.runners.docker_engine.docker_client", lambda: release.wait(30))
+    start = time.monotonic()
+    try:
+        found = doctor.docker_engine(timeout=0.2)
+    finally:
+        release.set()
+    assert time.monotonic() - start < 2
+    assert not found.reachable and "no answer within 0.2 s" in found.reason
+
+
+# -- tools, environments, compiler cache, resources ---------------------------------------
+def test_build_tools(report):
+    names = {t.name: t for t in report.tools}
+    assert set(names) == {"cmake", "ninja"}
+    for tool in names.values():
+        assert tool.available, tool.reason  # kbuild depends on the cmake and ninja wheels
+        assert tool.version and re.match(r"\d+\.\d+", tool.version)
+
+
+def test_environments_name_interpreter_and_managed(monkeypatch, tmp_path):
+    from kernel_builder.environments.choice import EnvChooser
+
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("no torch in the running interpreter")
+    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path))
+    (tmp_path / "torch214-cu130").mkdir()  # no marker: an interrupted creation
+    found = doctor.environments(EnvChooser.from_options())
+    interpreter, managed = found
+    assert interpreter.kind == "interpreter" and interpreter.torch_version == torch_version
+    assert managed.name == "torch214-cu130" and managed.compute == "cu130"
+    assert not managed.complete and "incomplete" in managed.reason
+
+
+def test_compiler_cache(report):
+    cache = report.compiler_cache
+    if shutil.which("ccache") is None and shutil.which("sccache") is None:
+        assert cache.tool is None and "ccache" in cache.install
+    else:
+        assert cache.tool in ("ccache", "sccache") and cache.path and cache.directory
+
+
+def test_resources_present_and_positive(report):
+    r = report.resources
+    assert r.cores >= 1
+    assert r.memory_available is None or r.memory_available > 0
+    assert r.memory_per_compile > 0 and r.disk_free > 0
+    # A CUDA environment already made (earlier tests make one in the session's cache) needs no more disk.
+    has_cuda_env = any((e.compute or "").startswith("cu") and e.complete for e in report.environments)
+    assert r.cuda_disk_needed == doctor.CUDA_BUILD_DISK + (0 if has_cuda_env else doctor.CUDA_ENV_DISK)
+
+
+def test_short_disk_and_memory_are_said(monkeypatch):
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**12, used=10**12 - 10**9, free=10**9))
+    monkeypatch.setattr("kernel_builder.compile.parallelism.available_memory", lambda: 1 << 30)
+    r = doctor.resources()
+    assert r.disk_free == 10**9
+    assert any(s.startswith("disk: 1.0 GB free") and "10.0 GB" in s for s in r.shortfalls)
+    assert any(s.startswith("memory: 1.0 GiB free") for s in r.shortfalls)
+
+
+# -- a kernel -----------------------------------------------------------------------------
+@needs_cxx
+def test_kernel_tiny_backends_and_variants():
+    found = doctor.diagnose(TINY).kernel
+    assert found.name == "tiny"
+    rows = {r["backend"]: r for r in found.backends}
+    assert rows["cpu"]["buildable"] and rows["cpu"]["variant"].endswith(f"-cpu-{HERE}")
+    if sys.platform != "darwin":
+        assert not rows["metal"]["buildable"] and "macOS" in rows["metal"]["reason"]
+    assert found.variants and all(r["variant"].endswith(HERE) for r in found.variants)
+    assert all(r["buildable"] for r in found.variants if r["backend"] == "cpu")
+
+
+@pytest.mark.cuda
+@needs_nvcc_13_0
+def test_kernel_relu_cuda_variants_here_and_not():
+    variants = {r["variant"]: r for r in doctor.diagnose(RELU).kernel.variants}
+    built = [n for n, r in variants.items() if r["buildable"] and r["backend"] == "cuda"]
+    assert built and all("-cu130-" in n for n in built)
+    other = [r for n, r in variants.items() if r["backend"] == "cuda" and "-cu130-" not in n]
+    assert other and all("nvcc is CUDA 13.0" in r["reason"] for r in other)
+
+
+# -- the command --------------------------------------------------------------------------
+def test_json_shape(cli_app):
+    result = CliRunner().invoke(cli_app, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) >= {"platform", "backends", "tools", "environments", "docker", "compiler_cache", "resources", "kernel", "summary"}
+    assert data["platform"] == HERE and data["kernel"] is None
+    for row in data["backends"]:
+        assert set(row) >= {"backend", "status", "available", "tool", "path", "version", "variants", "reason", "install"}
+        assert isinstance(row["available"], bool) and isinstance(row["variants"], list)
+    assert data["docker"]["reachable"] is False
+    assert data["resources"]["disk_free"] > 0
+    assert data["summary"].startswith("builds ")
+
+
+def test_text_report(cli_app):
+    result = CliRunner().invoke(cli_app, ["doctor", str(TINY)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for heading in ("backends", "build tools", "build environments", "docker", "compiler cache", "disk"):
+        assert heading in out
+    assert "install:" in out
+    if NVCC == "13.0":
+        assert "nvcc 13.0" in out
+    assert "Metal needs macOS" in out or sys.platform == "darwin"
+    assert "no Docker engine reachable" in out
+    assert out.rstrip().splitlines()[-1].startswith("builds ")
+
+
+def test_registered_once(cli_app):
+    assert sum(c.name == "doctor" for c in cli_app.registered_commands) == 1
+
+
+@pytest.mark.e2e
+def test_bad_kernel_dir_is_one_line_error(tmp_path):
+    """Through kbuild's own entry point, as the lead wires it: exit 2, one line, no traceback."""
+    script = tmp_path / "kbuild_doctor.py"
+    script.write_text(
+        "from kernel_builder.cli.main import main\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script), "doctor", str(tmp_path / "nowhere")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kbuild: error:") and "build.toml" in lines[0]

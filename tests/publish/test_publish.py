@@ -1,0 +1,220 @@
+"""`kbuild publish` against the test Hub (kernel_builder.testing), with the real
+huggingface_hub client over HTTP, and the real `kernels` package loading the result.
+
+A compiled kernel (examples/relu, its CPU variant) for the round trip and the killed
+upload; a pure-Python one (tests/fixtures/fused) for the version and refusal rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import EXAMPLES, REPO, kbuild
+from hub_fixture import hub_env
+
+pytestmark = pytest.mark.e2e
+
+CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
+                            GIT_COMMITTER_EMAIL="t@e"))
+
+
+def committed_copy(source: Path, dest: Path) -> Path:
+    """The kernel as its own git repository with everything committed (build/ ignored)."""
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    (dest / ".gitignore").write_text("build/\n__pycache__/\n")
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "kernel")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def relu(tmp_path_factory) -> Path:
+    root = committed_copy(EXAMPLES / "relu", tmp_path_factory.mktemp("publish") / "relu")
+    kbuild("build", str(root), "--variant", CPU_VARIANT, check=True)
+    return root
+
+
+@pytest.fixture
+def fused(tmp_path) -> Path:
+    root = committed_copy(REPO / "tests" / "fixtures" / "fused", tmp_path / "fused")
+    kbuild("build", str(root), check=True)
+    return root
+
+
+def publish(root: Path, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return kbuild("publish", str(root), *args, env=env)
+
+
+def refs(hub, repo_id: str) -> tuple[dict, dict]:
+    from huggingface_hub import HfApi
+
+    found = HfApi(endpoint=hub.endpoint, token=hub.read_token).list_repo_refs(repo_id, repo_type="kernel")
+    return {b.name: b.target_commit for b in found.branches}, {t.name: t.target_commit for t in found.tags}
+
+
+def test_round_trip_publish_then_kernels_get_kernel_runs_it(relu, hub, tmp_path):
+    env = hub_env(hub, tmp_path)
+    result = publish(relu, "--tag", "v1.0.0", "--repo-id", "kernels-community/relu", env=env)
+    assert result.returncode == 0, result.stderr
+    branches, tags = refs(hub, "kernels-community/relu")
+    assert tags["v1.0.0"] == branches["v1"], (branches, tags)
+    assert "published kernels-community/relu tag v1.0.0" in result.stderr
+
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=hub.endpoint, token=hub.read_token)
+    files = {f.path for f in api.list_repo_tree("kernels-community/relu", repo_type="kernel", revision="v1", recursive=True)
+             if hasattr(f, "size") and not hasattr(f, "tree_id")}
+    local = {f"build/{CPU_VARIANT}/{p.name}" for p in (relu / "build" / CPU_VARIANT).iterdir() if p.is_file()}
+    assert local <= files
+    card = Path(api.hf_hub_download("kernels-community/relu", "README.md", repo_type="kernel")).read_text()
+    assert f"`{CPU_VARIANT}`" in card and 'get_kernel("kernels-community/relu", version=1)' in card
+
+    # The reference client, unchanged, loads it by version and runs it on CPU.
+    script = (
+        "import kernels, torch\n"
+        "relu = kernels.get_kernel('kernels-community/relu', version=1, backend='cpu')\n"
+        "x = torch.randn(1000)\n"
+        "assert torch.equal(relu.relu(x), torch.relu(x))\n"
+        "print('ok', relu.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **hub_env(hub, tmp_path, token=None)),
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-3000:]
+
+    # Publishing the same version again is refused; nothing moves.
+    again = publish(relu, "--tag", "v1.0.0", "--repo-id", "kernels-community/relu", env=env)
+    assert again.returncode == 1 and "tag v1.0.0 already exists" in again.stderr
+    assert again.stderr.strip().count("\n") == 0 and "Traceback" not in again.stderr
+    assert refs(hub, "kernels-community/relu")[1] == tags
+
+
+def test_a_publish_killed_mid_upload_leaves_no_tag_and_a_rerun_completes(relu, hub, tmp_path, monkeypatch):
+    env = hub_env(hub, tmp_path)
+    uploading, release = threading.Event(), threading.Event()
+    original = hub.app._lfs_put
+
+    def stalled_upload(*args, **kwargs):
+        uploading.set()
+        release.wait(60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(hub.app, "_lfs_put", stalled_upload)
+    command = [sys.executable, "-m", "kernel_builder.cli", "publish", str(relu), "--tag", "v1.0.0", "--repo-id", "me/relu"]
+    process = subprocess.Popen(command, cwd=REPO, env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert uploading.wait(300), "the upload never started"
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    finally:
+        release.set()
+    monkeypatch.setattr(hub.app, "_lfs_put", original)
+    branches, tags = refs(hub, "me/relu")
+    assert tags == {}
+    assert "v1" not in branches or branches["v1"] == branches["main"], "no commit may land on v1"
+
+    result = publish(relu, "--tag", "v1.0.0", "--repo-id", "me/relu", env=env)
+    assert result.returncode == 0, result.stderr
+    branches, tags = refs(hub, "me/relu")
+    assert tags["v1.0.0"] == branches["v1"] != branches["main"]
+
+
+def test_versions_branches_and_ranges(fused, hub, tmp_path):
+    env = hub_env(hub, tmp_path)
+    repo = ["--repo-id", "kernels-community/fused"]
+    assert publish(fused, "--tag", "v1.0.0", *repo, env=env).returncode == 0
+    first = refs(hub, "kernels-community/fused")[1]["v1.0.0"]
+
+    layers = fused / "torch-ext" / "fused" / "layers.py"
+    layers.write_text(layers.read_text() + "\n# v1.1\n")
+    dirty = kbuild("build", str(fused), check=True)
+    assert dirty.returncode == 0
+    refused = publish(fused, "--tag", "v1.1.0", *repo, env=env)
+    assert refused.returncode == 1 and "uncommitted changes" in refused.stderr and "--allow-dirty" in refused.stderr
+    git(fused, "commit", "-q", "-am", "v1.1")
+    stale = publish(fused, "--tag", "v1.1.0", *repo, env=env)
+    assert stale.returncode == 1 and "build/ does not match the source" in stale.stderr
+    kbuild("build", str(fused), check=True)
+    assert publish(fused, "--tag", "v1.1.0", *repo, env=env).returncode == 0
+    again = publish(fused, "--tag", "v1.1.0", *repo, env=env)
+    assert again.returncode == 1 and "tag v1.1.0 already exists" in again.stderr
+
+    (fused / "build.toml").write_text((fused / "build.toml").read_text().replace("version = 1", "version = 2"))
+    mismatch = publish(fused, "--tag", "v1.2.0", *repo, env=env)
+    assert mismatch.returncode == 2 and "must equal build.toml's [general] version = 2" in mismatch.stderr
+    git(fused, "commit", "-q", "-am", "v2")
+    kbuild("build", str(fused), check=True)
+    assert publish(fused, "--tag", "v2.0.0", *repo, env=env).returncode == 0
+
+    branches, tags = refs(hub, "kernels-community/fused")
+    assert set(tags) == {"v1.0.0", "v1.1.0", "v2.0.0"}
+    assert tags["v1.0.0"] == first != tags["v1.1.0"] == branches["v1"]
+    assert tags["v2.0.0"] == branches["v2"]
+
+    # What the runtime resolves from these releases.
+    script = (
+        "import sys\n"
+        "from kernel_builder.runtime import fetch_kernel\n"
+        "for request, version in (('kernels-community/fused@>=1.0,<2.0', None), ('kernels-community/fused', 1),"
+        " ('kernels-community/fused@v2.0.0', None)):\n"
+        "    print(fetch_kernel(request, version, backend='cpu').sha)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=dict(os.environ, **hub_env(hub, tmp_path, token=None)),
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [tags["v1.1.0"], branches["v1"], tags["v2.0.0"]]
+
+    # --force moves a tag; without it the tag stays.
+    assert publish(fused, "--tag", "v2.0.0", *repo, env=env).returncode == 1
+    moved = publish(fused, "--tag", "v2.0.0", "--force", *repo, env=env)
+    assert moved.returncode == 0 and refs(hub, "kernels-community/fused")[1]["v2.0.0"] == branches["v2"]
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(fused, hub, tmp_path):
+    result = publish(fused, "--tag", "v1.0.0", "--repo-id", "me/fused", "--dry-run", "--json", env=hub_env(hub, tmp_path))
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert (plan["repo_id"], plan["branch"], plan["tag"]) == ("me/fused", "v1", "v1.0.0")
+    assert plan["variants"] == ["torch-cpu"] and all(f["path"].startswith("build/torch-cpu/") for f in plan["files"])
+    assert plan["size"] == sum(f["size"] for f in plan["files"]) > 0
+    assert not [r for r in hub.requests if r.method != "GET"], "a dry run sends nothing"
+
+
+@pytest.mark.parametrize(("token", "message"), [
+    (None, "no Hugging Face token: set HF_TOKEN or run `hf auth login`"),
+    ("hf_wrong", "rejected the Hugging Face token (HTTP 401)"),
+])
+def test_a_missing_or_wrong_token_is_one_clear_line(fused, hub, tmp_path, token, message):
+    env = hub_env(hub, tmp_path, token=token)
+    result = publish(fused, "--tag", "v1.0.0", "--repo-id", "me/fused", env=env)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+
+
+def test_refuses_a_build_that_fails_its_checks_and_names_missing_settings(fused, hub, tmp_path):
+    env = hub_env(hub, tmp_path)
+    no_repo = publish(fused, "--tag", "v1.0.0", env=env)
+    assert no_repo.returncode == 2 and "pass --repo-id ORG/NAME or set [general.hub] repo-id" in no_repo.stderr
+    bad_tag = publish(fused, "--tag", "1.0", "--repo-id", "me/fused", env=env)
+    assert bad_tag.returncode == 2 and "expected vMAJOR.MINOR.PATCH" in bad_tag.stderr
+    layers = fused / "build" / "torch-cpu" / "layers.py"
+    layers.write_text(layers.read_text() + "# tampered\n")
+    tampered = publish(fused, "--tag", "v1.0.0", "--repo-id", "me/fused", env=env)
+    assert tampered.returncode == 1 and "refusing to publish builds that fail `kbuild check`" in tampered.stderr
+    assert "layers.py" in tampered.stderr

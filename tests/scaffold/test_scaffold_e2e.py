@@ -1,0 +1,62 @@
+"""`kbuild init` + `kbuild build` + the generated tests, and `kbuild demo`, for real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from conftest import kbuild, kbuild_in_process
+from kernel_builder.compile.backends.cuda import nvcc_path
+from kernel_builder.errors import KbuildError
+from kernel_builder.scaffold.new_kernel import scaffold
+
+
+def test_init_all_backends_writes_every_source(tmp_path):
+    files = {p.relative_to(tmp_path / "k").as_posix() for p in scaffold(tmp_path / "k", "my-op", ["cpu", "cuda", "rocm", "metal", "xpu"])}
+    for rel in ("build.toml", ".gitignore", ".gitattributes", "README.md", "tests/test_my_op.py", "torch-ext/my_op/__init__.py",
+                "torch-ext/my_op/layers.py", "my_op_cpu/scale_add.cpp", "my_op_cuda/scale_add_kernel.cu", "my_op_metal/scale_add.metal",
+                "my_op_xpu/scale_add.cpp"):
+        assert rel in files, rel
+    toml = tomllib.loads((tmp_path / "k" / "build.toml").read_text())
+    assert set(toml["kernel"]) == {f"my_op_{b}" for b in ("cpu", "cuda", "rocm", "metal", "xpu")}
+    assert "*.so filter=lfs" in (tmp_path / "k" / ".gitattributes").read_text()
+
+
+@pytest.mark.parametrize("name,backends,words", [("Bad_Name", ["cpu"], "kebab-case"), ("ok", ["tpu"], "unknown backend 'tpu'")])
+def test_init_rejects_bad_input_and_writes_nothing(tmp_path, name, backends, words):
+    with pytest.raises(KbuildError, match=words):
+        scaffold(tmp_path / "k", name, backends)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_refuses_an_existing_folder(tmp_path):
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "x").write_text("")
+    result = kbuild_in_process("init", "k", cwd=tmp_path)
+    assert result.returncode == 1 and "already exists" in result.stderr
+
+
+@pytest.mark.e2e
+def test_init_then_build_then_generated_tests_pass(tmp_path):
+    kbuild("init", "demo", "--backends", "cpu,cuda", cwd=tmp_path, check=True)
+    result = kbuild("build", "demo", "--json", cwd=tmp_path, check=True)
+    rows = {r["backend"]: r for r in json.loads(result.stdout)["jobs"]}
+    assert rows["cpu"]["status"] == "built"
+    if nvcc_path():  # both variants build here: CPU with this torch, CUDA in its managed environment
+        assert rows["cuda"]["status"] == "built" and rows["cuda"]["variant"].endswith("-cu130-x86_64-linux")
+        assert (tmp_path / "demo" / "build" / rows["cuda"]["variant"] / "metadata.json").is_file()
+    else:
+        assert rows["cuda"]["status"] == "skipped" and "nvcc" in rows["cuda"]["detail"]
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "demo/tests"],
+                           cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert tests.returncode == 0 and "12 passed" in tests.stdout, tests.stdout[-2000:]
+
+
+@pytest.mark.e2e
+def test_demo_command(tmp_path):
+    result = kbuild("demo", "--dir", str(tmp_path), check=True)
+    assert "matches x + 0.5 * y" in result.stdout
