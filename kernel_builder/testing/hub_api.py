@@ -497,29 +497,25 @@ class HubApi:
         if not _valid_ref_name(branch):
             raise HubError(400, f"Invalid branch name: {branch}")
         start = _field(req.json(), "startingPoint", str)
-        sha = self._resolve(repo, start or "main").sha
-
-        def add(refs: dict) -> None:
-            if branch in refs["heads"]:
-                raise HubError(409, f"Branch {branch} already exists")
-            refs["heads"][branch] = sha
-
-        repo.update_refs(add)
-        return json_response({"name": branch, "ref": f"refs/heads/{branch}", "targetCommit": sha})
+        return self._add_ref(repo, "heads", branch, self._resolve(repo, start or "main").sha)
 
     def _create_tag(self, req: Request, repo: Repo, revision: str) -> Response:
         tag = req.json().get("tag") or ""
         if not isinstance(tag, str) or not _valid_ref_name(tag):
             raise HubError(400, f"Invalid tag name: {tag!r}")
-        sha = self._resolve(repo, revision).sha
+        return self._add_ref(repo, "tags", tag, self._resolve(repo, revision).sha)
+
+    @staticmethod
+    def _add_ref(repo: Repo, kind: str, name: str, sha: str) -> Response:
+        """Create refs/<kind>/<name> at `sha`; the Hub answers 409 when it exists."""
 
         def add(refs: dict) -> None:
-            if tag in refs["tags"]:
-                raise HubError(409, f"Tag {tag} already exists")
-            refs["tags"][tag] = sha
+            if name in refs[kind]:
+                raise HubError(409, f"{'Branch' if kind == 'heads' else 'Tag'} {name} already exists")
+            refs[kind][name] = sha
 
         repo.update_refs(add)
-        return json_response({"name": tag, "ref": f"refs/tags/{tag}", "targetCommit": sha})
+        return json_response({"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": sha})
 
     def _delete_ref(self, repo: Repo, kind: str, name: str) -> Response:
         if kind == "heads" and name == "main":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from pathlib import Path
 
 from kernel_builder.compile.backends.base import Unavailable
 from kernel_builder.paths import templates_dir
@@ -131,30 +132,24 @@ def compiled_files(files: tuple[str, ...], suffixes: tuple[str, ...]) -> tuple[s
     return tuple(f for f in files if f.endswith(suffixes))
 
 
+def _source_group(
+    root: Path, src: tuple[str, ...], include: tuple[str, ...], suffixes: tuple[str, ...], options: tuple[str, ...]
+) -> SourceGroup | None:
+    """The files of `src` with these suffixes, as absolute paths, or None when there are none."""
+    files = compiled_files(src, suffixes)
+    if not files:
+        return None
+    return SourceGroup(files=tuple(str(root / f) for f in files), options=options, includes=tuple(str(root / i) for i in include))
+
+
 def binding_group(manifest: Manifest, suffixes: tuple[str, ...]) -> SourceGroup | None:
     torch = manifest.torch
     assert torch is not None
-    files = compiled_files(torch.src, suffixes)
-    if not files:
-        return None
-    root = manifest.root
-    return SourceGroup(
-        files=tuple(str(root / f) for f in files),
-        options=torch.cxx_flags,
-        includes=tuple(str(root / i) for i in torch.include),
-    )
+    return _source_group(manifest.root, torch.src, torch.include, suffixes, torch.cxx_flags)
 
 
 def unit_group(manifest: Manifest, unit: KernelUnit, suffixes: tuple[str, ...], options: tuple[str, ...]) -> SourceGroup | None:
-    files = compiled_files(unit.src, suffixes)
-    if not files:
-        return None
-    root = manifest.root
-    return SourceGroup(
-        files=tuple(str(root / f) for f in files),
-        options=options,
-        includes=tuple(str(root / i) for i in unit.include),
-    )
+    return _source_group(manifest.root, unit.src, unit.include, suffixes, options)
 
 
 def torch_definitions(ops_name: str, macro: str, env: BuildEnv) -> tuple[str, ...]:
@@ -213,3 +208,8 @@ def torch_spec(
         link_libraries=TORCH_LIBRARIES + link_libraries,
         **fields,
     )
+
+
+def not_this_torch(backend: str, env: BuildEnv, flavour: str, needed: str) -> Unavailable:
+    """The skip reason of a GPU backend whose build environment has another torch flavour."""
+    return Unavailable(backend, f"the build environment's torch {env.torch_version} is not a {flavour} build; {flavour} variants need {needed}")

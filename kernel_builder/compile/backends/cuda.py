@@ -24,6 +24,7 @@ from kernel_builder.compile.backends.common import (
     env_target,
     host_default,
     host_platform,
+    not_this_torch,
     torch_spec,
     unit_group,
 )
@@ -203,11 +204,7 @@ class CudaBackend(Backend):
 
     def target(self, manifest: Manifest | None, env: BuildEnv) -> Variant | Unavailable:
         if not env.cuda:
-            return Unavailable(
-                self.name,
-                f"the build environment's torch {env.torch_version} is not a CUDA build; "
-                "CUDA variants need a CUDA torch (e.g. torch==2.14.1)",
-            )
+            return not_this_torch(self.name, env, "CUDA", "a CUDA torch (e.g. torch==2.14.1)")
         cuda = parse_version(env.cuda)
         reason = self._toolchain_reason(manifest, cuda)
         if reason:

@@ -22,6 +22,7 @@ from kernel_builder.compile.backends.common import (
     cxx_compiler,
     cxx_standard,
     env_target,
+    not_this_torch,
     torch_spec,
     unit_group,
 )
@@ -57,11 +58,7 @@ class RocmBackend(Backend):
         if rocm_toolchain.hipcc_path() is None:
             return Unavailable(self.name, HIPCC_MISSING)
         if not env.hip:
-            return Unavailable(
-                self.name,
-                f"the build environment's torch {env.torch_version} is not a ROCm build; "
-                "ROCm variants need a ROCm torch",
-            )
+            return not_this_torch(self.name, env, "ROCm", "a ROCm torch")
         rocm = parse_version(env.hip)
         reason = self._toolchain_reason(rocm)
         if reason:
