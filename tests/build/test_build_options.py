@@ -16,7 +16,8 @@ import kernel_builder
 from kernel_builder import settings
 from kernel_builder.build.options import BuildOptions
 from kernel_builder.checks.variant_checks import check_variant
-from kernel_builder.cli.main import app, build
+from kernel_builder.cli.build import build
+from kernel_builder.cli.main import app
 from kernel_builder.compile.compiler_cache import find_compiler_cache
 from kernel_builder.compile.parallelism import compile_parallelism
 from kernel_builder.environments.store import EnvSpec, envs_root, pip_request

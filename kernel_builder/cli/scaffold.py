@@ -1,0 +1,32 @@
+"""`kbuild init` (a new kernel repo) and `kbuild demo` (scaffold, build, load, call)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernel_builder.cli.output import console as _console
+
+
+def init(
+    name: str = typer.Argument(..., help="Kernel name, kebab-case (e.g. my-kernel); also the folder created."),
+    backends: str = typer.Option("cpu", "--backends", "-b", help="Comma-separated: cpu,cuda,metal,rocm,xpu."),
+) -> None:
+    """Scaffold a kernel repo with a working example op, tests and CI-ready layout."""
+    from kernel_builder.scaffold.new_kernel import scaffold
+
+    chosen = [b.strip() for b in backends.split(",") if b.strip()]
+    written = scaffold(Path(name), name.rstrip("/").split("/")[-1], chosen)
+    _console().print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
+
+
+def demo(
+    workdir: Optional[Path] = typer.Option(None, "--dir", help="Where to scaffold (default: a new temp folder)."),
+) -> None:
+    """Scaffold, build, load and call the embedded example kernel: a smoke test of kbuild."""
+    from kernel_builder.scaffold.demo import run_demo
+
+    console = _console()
+    run_demo(workdir, say=console.print)
