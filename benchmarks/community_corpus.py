@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,10 +87,16 @@ def shadow_without_toolchains(folder: Path, shadow: Path) -> str:
 def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dict | None, str]:
     """(exit code, the --json document or None, stderr's last lines) of one kbuild call."""
     command = [sys.executable, "-m", "kernel_builder.cli", *args]
+    # Its own process group, so that a timeout stops the compilers too: an orphaned ninja
+    # would keep the kernel's work-tree lock and block the next run.
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return 124, None, f"timed out after {timeout} s"
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     try:
         document = json.loads(done.stdout) if done.stdout.strip() else None
     except ValueError:
