@@ -269,9 +269,9 @@ def environments(chooser) -> tuple[EnvironmentFinding, ...]:
 def docker_engine(timeout: float = DOCKER_TIMEOUT_S) -> DockerFinding:
     """Whether `--runner docker` would find an engine: docker_client()'s own verdict, given
     at most `timeout` seconds (an unanswering DOCKER_HOST would hold the SDK for 60)."""
-    from kernel_builder.runners.docker_engine import docker_client
+    from kernel_builder.runners.docker_engine import docker_client, engine_address
 
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    host = engine_address()
     outcome: dict = {}
 
     def probe() -> None:

@@ -7,6 +7,11 @@ import os
 from kernel_builder.errors import KbuildError, UsageError
 
 
+def engine_address() -> str:
+    """Where the Docker SDK looks for the engine: $DOCKER_HOST, else the default socket."""
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
 def docker_client():
     """A docker SDK client connected to a live engine ($DOCKER_HOST or the default
     socket), or a one-line KbuildError saying there is none."""
@@ -16,7 +21,7 @@ def docker_client():
         docker = None
     if not hasattr(docker, "from_env"):  # not installed, or a folder named docker shadows it
         raise UsageError("the docker runner needs the Docker SDK for Python: pip install 'kbuild[docker]'")
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    host = engine_address()
     try:
         client = docker.from_env()
         client.ping()
