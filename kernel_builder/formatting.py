@@ -16,12 +16,12 @@ def human_size(size: int | float | None) -> str:
     return ""
 
 
-def first_line(reason: BaseException | str, empty: str | None = None) -> str:
+def first_line(reason: BaseException | str) -> str:
     """The first non-blank line of an error (or of its `explanation`, as the Docker SDK's
-    errors carry) or of a text: what a one-line message quotes. `empty` when there is none
-    (default: the error's class name)."""
-    text = str(getattr(reason, "explanation", None) or reason) if isinstance(reason, BaseException) else reason
+    errors carry) or of a text: what a one-line message quotes."""
+    if isinstance(reason, BaseException):
+        text, fallback = str(getattr(reason, "explanation", None) or reason), type(reason).__name__
+    else:
+        text, fallback = reason, "no reason given"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines:
-        return lines[0]
-    return empty if empty is not None else (type(reason).__name__ if isinstance(reason, BaseException) else "no reason given")
+    return lines[0] if lines else fallback

@@ -1,4 +1,4 @@
-"""`kbuild env ...`: list, create and prune the managed build environments (envstore.py)."""
+"""`kbuild env ...`: list, create and prune the managed build environments (kernel_builder.environments.store)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`kbuild test [KERNEL_DIR] [--variant V] [--json] [-- PYTEST_ARGS]`: build what is missing,
-then run the kernel's own tests against the built variant (kernel_builder/kernel_tests.py)."""
+then run the kernel's own tests against the built variant (kernel_builder.checks.kernel_tests)."""
 
 from __future__ import annotations
 

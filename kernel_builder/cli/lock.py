@@ -1,5 +1,5 @@
 """`kbuild lock [PROJECT_DIR]`: write kernels.lock for the kernels a project declares in
-pyproject.toml's [tool.kernels.dependencies] (kernel_builder/lockfile.py)."""
+pyproject.toml's [tool.kernels.dependencies] (kernel_builder.runtime.lock_writer)."""
 
 from __future__ import annotations
 

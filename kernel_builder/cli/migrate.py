@@ -1,4 +1,4 @@
-"""`kbuild migrate [KERNEL_DIR] [--check]`: rewrite build.toml to edition 6 (kernel_builder/migrate.py)."""
+"""`kbuild migrate [KERNEL_DIR] [--check]`: rewrite build.toml to edition 6 (kernel_builder.kernel.migrate)."""
 
 from __future__ import annotations
 

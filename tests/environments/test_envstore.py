@@ -1,4 +1,4 @@
-"""Managed build environments (envstore.py, cli_env.py): real venvs, real pip, real torch.
+"""Managed build environments (environments/store.py, cli/env.py): real venvs, real pip, real torch.
 
 Every test gets its own store and kbuild cache (KBUILD_ENVS_DIR, KBUILD_CACHE_DIR). The one
 real creation of torch 2.13 (CPU) happens once per module and is shared by the tests that
