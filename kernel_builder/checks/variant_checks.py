@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import tomllib
@@ -362,10 +363,21 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b")
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
+
+
 def _import_error(stderr: str, folder: Path, returncode: int) -> str:
     """The exception line of a failed import and the deepest frame in the kernel's own files."""
     lines = [line for line in stderr.splitlines() if line.strip()]
     exception = next((line.strip() for line in reversed(lines) if _EXCEPTION.match(line)), None)
+    if exception is None and returncode < 0:
+        # Killed by a signal (a crash in a library's static initializers, say): stderr's last
+        # line is whatever came before, often an unrelated warning.
+        exception = f"the import crashed: {_signal_name(-returncode)}"
     exception = exception or (lines[-1].strip() if lines else f"exit {returncode}")
     root = str(folder.resolve())
     frames = [m for m in map(_FRAME.match, lines) if m and m["file"].startswith(root)]

@@ -64,6 +64,17 @@ class CompileSpec:
     commands: tuple[CustomCommand, ...] = ()
     # (name, text): helper files those steps run, written beside CMakeLists.txt.
     files: tuple[tuple[str, str], ...] = ()
+    # The kernel's files as build.toml lists them: the library links its objects in this
+    # order, as kernel-builder does, because static initializers run in link order
+    # (layer-norm's .cu launchers register into a map that ln_api.cpp defines).
+    source_order: tuple[str, ...] = ()
+
+    def sources(self) -> tuple[str, ...]:
+        """Every group's files in link order: those of `source_order` as it lists them,
+        then the rest (generated or kbuild's own files) as the groups list them."""
+        files = [f for group in self.groups for f in group.files]
+        position = {f: i for i, f in enumerate(self.source_order)}
+        return tuple(sorted(files, key=lambda f: position.get(f, len(position))))
 
     def describe(self) -> str:
         """Stable text of everything that shapes the build: part of the input hash."""

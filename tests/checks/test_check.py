@@ -283,3 +283,11 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, make, expected):
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kbuild: error:") and expected in lines[0], result.stderr
+
+
+def test_an_import_killed_by_a_signal_says_so_not_the_last_stderr_line(tmp_path):
+    from kernel_builder.checks.variant_checks import _import_error
+
+    stderr = "torch/_subclasses/functional_tensor.py:283: UserWarning: Failed to initialize NumPy\n  cpu = ...\n"
+    assert _import_error(stderr, tmp_path, -8) == "the import crashed: SIGFPE (signal 8)"
+    assert _import_error("Traceback\nImportError: libfoo.so: cannot open\n", tmp_path, 1) == "ImportError: libfoo.so: cannot open"

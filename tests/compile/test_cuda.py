@@ -8,11 +8,13 @@ is what the test checks; running them needs a GPU (see the device checks in benc
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild
+from conftest import REPO, copy_example, kbuild
 from cuda_toolkit import CUDA_VARIANT, NVCC, embedded, needs_nvcc
 from kernel_builder.compile.backends.cuda import (
     default_capabilities,
@@ -116,3 +118,73 @@ def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
     compile_commands = json.loads((work / "build" / "compile_commands.json").read_text())
     cu = [c["command"] for c in compile_commands if c["file"].endswith(".cu")]
     assert cu and "-DSWIGLU_TEST_FLAG=1" in cu[0] and "-gencode=arch=compute_80,code=compute_80" in cu[0]
+
+
+# A registry that the unit's .cpp defines and its .cu files fill from static initializers,
+# as layer-norm's ln_api.cpp and ln_*.cu do: the .cpp's objects must link (and so be
+# initialized) first, in build.toml's order, or the import crashes in an unconstructed map.
+_REGISTRY_FILES = {
+    "build.toml": """[general]
+name = "registry"
+backends = ["cuda"]
+
+[torch]
+src = ["torch-ext/torch_binding.cpp"]
+
+[kernel.registry]
+backend = "cuda"
+depends = ["torch"]
+cuda-capabilities = ["9.0"]
+src = ["registry/registry.h", "registry/registry.cpp", "registry/launchers.cu"]
+""",
+    "registry/registry.h": """#pragma once
+#include <cstdint>
+#include <unordered_map>
+extern std::unordered_map<int, int> LAUNCHERS;
+struct Register { Register(int key, int value) { LAUNCHERS.insert({key, value}); } };
+int64_t launcher_count();
+""",
+    "registry/registry.cpp": """#include "registry.h"
+std::unordered_map<int, int> LAUNCHERS;
+int64_t launcher_count() { return static_cast<int64_t>(LAUNCHERS.size()); }
+""",
+    "registry/launchers.cu": """#include "registry.h"
+__global__ void launcher() {}
+static Register first(1, 1), second(2, 2);
+""",
+    "torch-ext/torch_binding.cpp": """#include <torch/library.h>
+#include "registration.h"
+#include "registry/registry.h"
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) { ops.def("launcher_count() -> int", &launcher_count); }
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
+""",
+    "torch-ext/registry/__init__.py": """from ._ops import ops
+
+def launcher_count() -> int:
+    return ops.launcher_count()
+""",
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.creates_env
+@needs_nvcc
+def test_objects_link_in_build_toml_order_so_static_registries_fill(tmp_path):
+    from kernel_builder.environments.store import EnvSpec, find_env
+
+    root = tmp_path / "registry"
+    for name, text in _REGISTRY_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    result = kbuild("build", str(root), "--variant", CUDA_VARIANT, "--max-jobs", "1")
+    assert result.returncode == 0, result.stderr[-2000:]  # the build's import check loaded it
+    cmake = (cache_dir("work", short_key(str(root.resolve())), CUDA_VARIANT) / "CMakeLists.txt").read_text()
+    listed = [line.strip().strip('"') for line in cmake.split("add_library(", 1)[1].split(")", 1)[0].splitlines()[1:]]
+    assert [Path(f).name for f in listed[:3]] == ["torch_binding.cpp", "registry.cpp", "launchers.cu"], listed
+    env = find_env(EnvSpec((2, 14), "cu130"))
+    count = subprocess.run(
+        [env.python, "-c", "import sys; from kernel_builder.runtime import load_local; "
+         "print(load_local(sys.argv[1]).launcher_count())", str(root)],
+        capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert count.stdout.split() == ["2"], count.stderr[-2000:]

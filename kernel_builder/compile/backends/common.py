@@ -152,6 +152,13 @@ def unit_group(manifest: Manifest, unit: KernelUnit, suffixes: tuple[str, ...], 
     return _source_group(manifest.root, unit.src, unit.include, suffixes, options)
 
 
+def source_order(manifest: Manifest, backend: str) -> tuple[str, ...]:
+    """The binding's files, then each unit's, as build.toml lists them (absolute paths)."""
+    torch = manifest.torch
+    listed = (torch.src if torch else ()) + tuple(f for u in manifest.units_for(backend) for f in u.src)
+    return tuple(str(manifest.root / f) for f in listed)
+
+
 def torch_definitions(ops_name: str, macro: str, env: BuildEnv) -> tuple[str, ...]:
     return (
         f"TORCH_EXTENSION_NAME={ops_name}",
@@ -198,6 +205,7 @@ def torch_spec(
     if job.variant.os == "linux" and "CXX" in languages:
         groups = [*groups, glibc_compat_group()]
     return CompileSpec(
+        source_order=source_order(job.manifest, job.variant.backend),
         target=job.ops_name,
         suffix=".abi3.so",
         languages=languages,
