@@ -1,6 +1,6 @@
 """The CUDA backend: capabilities and flags, then real nvcc builds of examples/swiglu
 against a CUDA torch in kbuild's managed build environment (created on first use, about
-a minute and 5 GB), read back with cuobjdump and imported in that environment.
+a minute and 6 GB), read back with cuobjdump and imported in that environment.
 
 There is no GPU here: importing registers the ops with their CUDA implementation, which
 is what the test checks; running them needs a GPU (see the device checks in benchmarks/)."""
