@@ -15,6 +15,8 @@ variables, by what they set:
   `CCACHE_BASEDIR`: the user's own base folder for ccache's relative paths.
 - `MAX_JOBS`, `NVCC_THREADS` (torch's names): parallel compiles within one job and nvcc's
   --threads; `--max-jobs`, `--nvcc-threads` override them.
+- `KBUILD_CI_INSTALL`: the pip requirement the CI workflows kbuild writes install kbuild
+  with (a platform's own mirror, say), unless `--install` is given; else kbuild's own source.
 
 A variable that must be a choice or a number is parsed when it is used (a property below),
 so that a bad MAX_JOBS fails a build with one line naming it, not `kbuild env list`.
@@ -43,6 +45,7 @@ SCCACHE_DIR = "SCCACHE_DIR"
 CCACHE_BASEDIR = "CCACHE_BASEDIR"
 MAX_JOBS = "MAX_JOBS"
 NVCC_THREADS = "NVCC_THREADS"
+CI_INSTALL = "KBUILD_CI_INSTALL"
 
 COMPILER_CACHE_TOOLS = ("ccache", "sccache")  # in order of preference
 _COMPILER_CACHE_CHOICES = ("", "auto", "none", *COMPILER_CACHE_TOOLS)
@@ -76,6 +79,7 @@ class KbuildEnvironment:
     compiler_cache_text: str = ""  # KBUILD_COMPILER_CACHE, lower-cased: see `compiler_cache`
     max_jobs_text: str = ""
     nvcc_threads_text: str = ""
+    ci_install: str | None = None
 
     @property
     def compiler_cache(self) -> str | None:
@@ -120,4 +124,5 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         compiler_cache_text=environ.get(COMPILER_CACHE, "").strip().lower(),
         max_jobs_text=environ.get(MAX_JOBS, ""),
         nvcc_threads_text=environ.get(NVCC_THREADS, ""),
+        ci_install=text(CI_INSTALL),
     )

@@ -139,3 +139,17 @@ def published_kernels(version: str) -> Path:
     if not isinstance(found, Path):
         pytest.skip(f"kernels {version} could not be installed from the package index: {found}")
     return found
+
+
+# Where the workflows that `kbuild init` and `kbuild ci github` write install kbuild from: this
+# checkout has no remote a runner reaches (tests/scaffold/test_kbuild_source.py tests the source
+# kbuild finds by itself).
+CI_INSTALL = "kbuild[docker] @ git+https://example.org/kbuild@0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def ci_install():
+    """KBUILD_CI_INSTALL set for a module's tests (in os.environ: their subprocesses see it too)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KBUILD_CI_INSTALL", CI_INSTALL)
+        yield CI_INSTALL

@@ -46,8 +46,8 @@ def github(
     ),
     install: Optional[str] = typer.Option(
         None, "--install",
-        help="The pip requirement that installs kbuild in CI (default: kbuild[docker]==<this version>; "
-        "a git URL works: 'kbuild[docker] @ git+https://...').",
+        help="The pip requirement that installs kbuild in CI (default: where this kbuild came from: the URL pip "
+        "installed it from, or its checkout's remote and commit), e.g. 'kbuild[docker] @ git+https://...@COMMIT'.",
     ),
     gpu_runner: Optional[List[str]] = typer.Option(
         None, "--gpu-runner",
@@ -60,7 +60,6 @@ def github(
     from rich.markup import escape
 
     from kernel_builder.scaffold.ci_github import (
-        DEFAULT_INSTALL,
         DEFAULT_MATRIX,
         WorkflowOptions,
         write_workflow,
@@ -72,7 +71,7 @@ def github(
     options = WorkflowOptions(
         matrix=matrix if matrix is not None else DEFAULT_MATRIX,
         shards=shards,
-        install=install or DEFAULT_INSTALL,
+        install=install,
         gpu_runners=_parse_gpu_runners(gpu_runner or []),
         build_timeout=build_timeout,
     )

@@ -19,7 +19,10 @@ def init(
 
     chosen = [b.strip() for b in backends.split(",") if b.strip()]
     written = scaffold(Path(name), name.rstrip("/").split("/")[-1], chosen)
-    _console().print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
+    console = _console()
+    console.print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
+    if not any(p.name == "kbuild.yml" for p in written):
+        _say_why_no_workflow(console)
 
 
 def demo(
@@ -30,3 +33,16 @@ def demo(
 
     console = _console()
     run_demo(workdir, say=console.print)
+
+
+def _say_why_no_workflow(console) -> None:
+    """init writes no CI workflow when CI could not install this kbuild: say so, and how."""
+    from rich.markup import escape
+
+    from kernel_builder.errors import UsageError
+    from kernel_builder.scaffold.kbuild_source import ci_requirement
+
+    try:
+        ci_requirement()
+    except UsageError as e:  # (a workflow skipped for a Metal-only kernel needs no note)
+        console.print(escape(f"note: no .github/workflows/kbuild.yml written: {e.message} to `kbuild ci github`"))

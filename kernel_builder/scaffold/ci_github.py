@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from kernel_builder import __version__
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.paths import templates_dir
+from kernel_builder.scaffold.kbuild_source import ci_requirement
 from kernel_builder.variants import Variant, default_matrix, try_parse
 
 __all__ = [
-    "DEFAULT_INSTALL",
     "DEFAULT_MATRIX",
     "GPU_BACKENDS",
     "WORKFLOW_PATH",
@@ -41,8 +40,6 @@ __all__ = [
 
 WORKFLOW_PATH = Path(".github/workflows/kbuild.yml")
 DEFAULT_MATRIX = "os=linux arch=x86_64"  # GitHub's hosted runners are x86_64 Linux
-# The docker extra: `--runner docker` talks to the engine with the docker package.
-DEFAULT_INSTALL = f"kbuild[docker]=={__version__}"
 GPU_BACKENDS = ("cuda", "rocm", "xpu")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's Linux torch is the CUDA build
 DEFAULT_BUILD_TIMEOUT = 180  # minutes; a CUDA variant with a dozen architectures takes a while
@@ -54,7 +51,7 @@ class WorkflowOptions:
 
     matrix: str = DEFAULT_MATRIX
     shards: int | None = None  # None: one build job per variant
-    install: str = DEFAULT_INSTALL  # the pip requirement that installs kbuild in CI
+    install: str | None = None  # the pip requirement that installs kbuild in CI (None: kbuild's own source)
     gpu_runners: tuple[tuple[str, str], ...] = ()  # (backend, self-hosted runner label)
     build_timeout: int = DEFAULT_BUILD_TIMEOUT
 
@@ -87,6 +84,7 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
     import jinja2
 
     variants = _selected(kernel_dir, options)
+    install = ci_requirement(options.install)
     # `{@ @}` for template values: GitHub's own `${{ }}` must pass through untouched.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir("ci"))),
@@ -100,9 +98,9 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
     return env.get_template("kbuild.yml.j2").render(
         matrix=options.matrix,
         shards=options.shards,
-        install=options.install,
+        install=install,
         # The compiler cache's key: the toolchain is whatever this kbuild's build images hold.
-        toolchain=hashlib.sha256(options.install.encode()).hexdigest()[:12],
+        toolchain=hashlib.sha256(install.encode()).hexdigest()[:12],
         has_cpu=any(v.backend == "cpu" for v in variants),
         gpu_runners=list(options.gpu_runners),
         build_timeout=options.build_timeout,

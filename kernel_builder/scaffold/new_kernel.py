@@ -75,13 +75,16 @@ def _umask() -> int:
 
 def _ci_workflow(staging: Path, dest: Path) -> list[Path]:
     """Write `kbuild ci github`'s workflow into the staged repo; nothing for a Metal-only
-    kernel, whose variants no Linux build image builds."""
+    kernel, whose variants no Linux build image builds, nor when CI could not install this
+    kbuild (`kbuild init` says why: ci_workflow_skipped)."""
     from kernel_builder.scaffold.ci_github import WORKFLOW_PATH, render_workflow
     from kernel_builder.errors import VariantError
 
     try:
         text = render_workflow(staging)
     except VariantError:  # the default selection (Linux x86_64) is empty
+        return []
+    except UsageError:  # kbuild's own source is not one a CI runner reaches
         return []
     target = staging / WORKFLOW_PATH
     target.parent.mkdir(parents=True, exist_ok=True)

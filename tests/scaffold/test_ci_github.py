@@ -28,10 +28,11 @@ from kernel_builder.cli.main import app
 from kernel_builder.errors import KbuildError
 from kernel_builder.scaffold.new_kernel import scaffold
 
+pytestmark = pytest.mark.usefixtures("ci_install")  # workflows need an install source
+
 KERNELS = {"cpu": ["cpu"], "cuda-rocm": ["cuda", "rocm"], "all": ["cpu", "cuda", "metal", "rocm", "xpu"]}
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 KBUILD_COMMAND = re.compile(r"(?:^|\$\(|&&|\|\||;)\s*(kbuild\s[^)\n;&|>]*)", re.M)
-
 
 def git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,

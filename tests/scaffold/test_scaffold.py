@@ -19,6 +19,8 @@ from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.scaffold.new_kernel import BACKENDS, scaffold, templates_dir
 
+pytestmark = pytest.mark.usefixtures("ci_install")  # workflows need an install source
+
 COMMON = {
     "build.toml",
     "README.md",
