@@ -41,21 +41,27 @@ HOST_MATH = """#include <cmath>
 double host_math(double x) { return std::exp(x) + std::log(x) + std::pow(x, 1.5); }
 """
 
-MATH_KERNEL = {
-    "build.toml": """[general]
-name = "hostmath"
+
+def build_toml(name: str, backend: str, sources: list[str], extra: str = "") -> str:
+    """A kernel with one binding and one unit of `sources`."""
+    return f"""[general]
+name = "{name}"
 version = 1
 license = "MIT"
-backends = ["cpu"]
+backends = ["{backend}"]
 
 [torch]
 src = ["torch-ext/torch_binding.cpp"]
 
-[kernel.hostmath_cpu]
-backend = "cpu"
+[kernel.{name}]
+backend = "{backend}"
 depends = ["torch"]
-src = ["cpu/host_math.cpp"]
-""",
+{extra}src = {json.dumps(sources)}
+"""
+
+
+MATH_KERNEL = {
+    "build.toml": build_toml("hostmath", "cpu", ["cpu/host_math.cpp"]),
     "cpu/host_math.cpp": HOST_MATH,
     "torch-ext/torch_binding.cpp": """#include <torch/library.h>
 #include "registration.h"
@@ -207,19 +213,7 @@ def cuda_job(tmp_path: Path, files: dict[str, str]) -> BuildJob:
 
 
 CUDA_KERNEL = {
-    "build.toml": """[general]
-name = "hostcuda"
-backends = ["cuda"]
-
-[torch]
-src = ["torch-ext/torch_binding.cpp"]
-
-[kernel.hostcuda]
-backend = "cuda"
-depends = ["torch"]
-cuda-capabilities = ["9.0"]
-src = ["hostcuda/launch.cu", "hostcuda/host_math.cpp"]
-""",
+    "build.toml": build_toml("hostcuda", "cuda", ["hostcuda/launch.cu", "hostcuda/host_math.cpp"], 'cuda-capabilities = ["9.0"]\n'),
     "hostcuda/launch.cu": """#include <cmath>
 __global__ void scale(float* x, float by) { x[threadIdx.x] *= by; }
 double launch_scale(double x) { return std::exp(x) * std::pow(x, 0.5); }
