@@ -171,6 +171,12 @@ def parse_selector(selector: str, kernel: Admitted, matrix: Matrix) -> list[Step
                 f"--matrix: '{term}' is neither a key expression KEY OP VALUE (such as torch>=2.13) "
                 f"nor a glob on variant names; {KEYS_HELP}"
             )
+        elif hint := _key_for_bare_value(term, matrix):
+            # A bare value is a glob that can never match a whole variant name.
+            raise VariantError(
+                f"--matrix: unknown matrix term '{term}': did you mean '{hint}'? "
+                "(a term without KEY OP is a glob on whole variant names)"
+            )
         else:
             glob_at = len(steps) if glob_at is None else glob_at
             globs.append(term)
@@ -180,6 +186,25 @@ def parse_selector(selector: str, kernel: Admitted, matrix: Matrix) -> list[Step
             fnmatch.fnmatchcase(v.name, g) or fnmatch.fnmatchcase(v.with_style(Style.NEW).name, g) for g in globs
         )))
     return steps
+
+
+def _key_for_bare_value(term: str, matrix: Matrix) -> str | None:
+    """The key expression a bare value most likely meant: 'cpu' -> 'backend=cpu',
+    'x86_64' -> 'arch=x86_64', '2.14' -> 'torch=2.14' ('13.0' -> 'cuda=13.0' when only a
+    CUDA release of the matrix is 13.0); None for anything else, a glob or a variant name."""
+    word = term.lower()
+    for key in CHOICE_KEYS:
+        if word in _choices(key, matrix):
+            return f"{key}={word}"
+    if not _VERSION.match(term):
+        return None
+    version = parse_version(term)
+
+    def released(key: str) -> bool:
+        return any((v.torch if key == "torch" else v.backend_version) == version
+                   for v in matrix.variants if key in ("torch", v.backend))
+
+    return f"{next((k for k in VERSION_KEYS if released(k)), 'torch')}={term}"
 
 
 def _key_step(term: str, key: str, op: str, value: str, kernel: Admitted, matrix: Matrix) -> Step:

@@ -37,6 +37,7 @@ from kernel_builder.runtime.loader import STAGING_PREFIX, read_metadata
 from kernel_builder.runtime.system import detect_arch, detect_os
 from kernel_builder.environments.runtime_overlay import RuntimeEnvError, runtime_python, variant_runtime_needs
 from kernel_builder.checks.stable_symbols import torch_imports
+from kernel_builder.compile import glibc_compat
 from kernel_builder.variants import Kind, Variant, try_parse
 from kernel_builder.assemble.zip_layout import ArchiveError, package_files_of
 
@@ -191,6 +192,26 @@ def _too_new(version: str, policy: Policy) -> str | None:
     return ".".join(map(str, limit)) if limit is not None and number > limit else None
 
 
+def _shown(names) -> str:
+    names = list(names)
+    return ", ".join(names[:_SYMBOLS_SHOWN]) + (", ..." if len(names) > _SYMBOLS_SHOWN else "")
+
+
+def portability_advice(version: str, symbols: tuple[str, ...]) -> str:
+    """What to do about symbols bound to a version beyond the policy: a rebuild when kbuild's
+    generated build pins them all (compile/glibc_compat.py; a library built without its
+    header, by an older kbuild say, still has them), else the manylinux image."""
+    namespace, _ = _split_version(version)
+    unpinned = [s for s in symbols if namespace != "GLIBC" or s not in glibc_compat.PINNED]
+    if symbols and not unpinned:
+        return (
+            f"kbuild pins {_shown(symbols)} to an older version in the builds it generates "
+            "(glibc_compat.h); rebuild the variant with `kbuild build`"
+        )
+    what = _shown(unpinned) or "this version"
+    return f"{what} cannot be pinned to an older version; build with `kbuild build --runner docker` (the manylinux_2_28 image)"
+
+
 # -- the checks ---------------------------------------------------------------------
 def check_abi(folder: Path, variant: Variant | None = None, policy: Policy | None = None) -> CheckResult:
     """Every symbol version a `.so` requires is within manylinux_2_28."""
@@ -206,8 +227,10 @@ def check_abi(folder: Path, variant: Variant | None = None, policy: Policy | Non
             if limit is None:
                 continue
             symbols = required[version]
-            shown = ", ".join(symbols[:_SYMBOLS_SHOWN]) + (", ..." if len(symbols) > _SYMBOLS_SHOWN else "")
-            findings.append(f"{library.relative_to(folder)} needs {version} ({shown or 'no symbol named'}) > {limit}")
+            findings.append(
+                f"{library.relative_to(folder)} needs {version} ({_shown(symbols) or 'no symbol named'}) > {limit}: "
+                + portability_advice(version, symbols)
+            )
     if findings:
         return _failed("abi", findings)
     limits = ", ".join(f"{name} <= {'.'.join(map(str, v))}" for name, v in policy.max_versions.items())
@@ -247,8 +270,7 @@ def check_stable_abi(folder: Path, variant: Variant | None = None) -> CheckResul
         shim.update(imports.shim)
         found += [(library.relative_to(folder), name) for name in imports.non_stable]
     if found:
-        shown = ", ".join(name for _, name in found[:_SYMBOLS_SHOWN]) + (", ..." if len(found) > _SYMBOLS_SHOWN else "")
-        detail = f"{len(found)} torch symbol{'s' if len(found) != 1 else ''} outside the stable C shim: {shown}"
+        detail = f"{len(found)} torch symbol{'s' if len(found) != 1 else ''} outside the stable C shim: {_shown(n for _, n in found)}"
         return CheckResult("stable-abi", FAILED, detail, tuple(f"{library} uses {name}" for library, name in found))
     return _ok("stable-abi", f"torch only through the stable C shim ({len(shim)} functions)")
 
@@ -345,7 +367,7 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
         return _failed("import", [f"import failed in {python}: {_import_error(done.stderr, folder, done.returncode)}"])
     ops = json.loads(done.stdout.strip().splitlines()[-1])["ops"]
     if ops:
-        shown = ", ".join(op.split("::", 1)[1] for op in ops[:_SYMBOLS_SHOWN]) + (", ..." if len(ops) > _SYMBOLS_SHOWN else "")
+        shown = _shown(op.split("::", 1)[1] for op in ops)
         return _ok("import", f"imports in {python}; registers {len(ops)} op{'s' if len(ops) != 1 else ''}: {shown}")
     if shared_libraries(folder):
         return _failed("import", [f"imports in {python} but registers no ops under its id"])

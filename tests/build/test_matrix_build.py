@@ -61,7 +61,7 @@ def test_every_new_variant_is_checked_before_it_replaces_the_old_one(tiny):
     assert {"abi", "needed", "metadata", "import"} <= set(checks)
     assert checks["import"]["status"] == "ok" and "registers 1 op: add_one" in checks["import"]["detail"]
     assert checks["metadata"]["status"] == checks["needed"]["status"] == "ok"
-    # Built against glibc 2.36, still within manylinux_2_28 (templates/build/glibc_compat.cpp).
+    # Built against glibc 2.36, still within manylinux_2_28 (kernel_builder/compile/glibc_compat.py).
     assert checks["abi"]["status"] == "ok", checks["abi"]
     metadata = (tiny / "build" / OLD / "metadata.json").read_text()
 

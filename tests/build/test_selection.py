@@ -168,6 +168,31 @@ def test_malformed_terms_are_errors_naming_the_term(tmp_path, selector, message)
     assert message in caught.value.message and "\n" not in caught.value.message
 
 
+@pytest.mark.parametrize(("term", "meant"), [
+    ("cpu", "backend=cpu"),
+    ("CUDA", "backend=cuda"),
+    ("x86_64", "arch=x86_64"),
+    ("darwin", "os=darwin"),
+    ("stable", "abi=stable"),
+    ("2.14", "torch=2.14"),
+    ("13.2", "cuda=13.2"),  # no torch 13.2, but a CUDA release of the matrix
+    ("7.1", "rocm=7.1"),
+    ("2.99", "torch=2.99"),  # a version of nothing: torch is the likeliest
+])
+def test_a_bare_value_suggests_its_key(tmp_path, term, meant):
+    with pytest.raises(VariantError) as caught:
+        names(kernel(tmp_path), f"torch>=2.12 {term}")
+    assert caught.value.message == (
+        f"--matrix: unknown matrix term '{term}': did you mean '{meant}'? "
+        "(a term without KEY OP is a glob on whole variant names)"
+    )
+
+
+def test_globs_and_whole_names_get_no_suggestion(tmp_path):
+    assert names(kernel(tmp_path), "torch214-cxx11-cpu-x86_64-linux") == ["torch214-cxx11-cpu-x86_64-linux"]
+    assert names(kernel(tmp_path), "*cpu*x86_64*") == [f"torch21{m}-cxx11-cpu-x86_64-linux" for m in (2, 3, 4)]
+
+
 # -- empty selections ------------------------------------------------------------------
 def test_empty_selection_names_the_filter_that_emptied_it(tmp_path):
     manifest = kernel(tmp_path)
@@ -247,6 +272,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, text: str) -> Non
     (["plan", str(TINY), "--matrix", "all", "--shard", "3"], "--shard '3': expected I/N"),
     (["plan", str(TINY), "--shard", "1/2"], "--shard splits a --matrix selection"),
     (["build", str(TINY), "--matrix", "gpu=a100"], "unknown key 'gpu'"),
+    (["build", str(TINY), "--matrix", "cpu"], "unknown matrix term 'cpu': did you mean 'backend=cpu'?"),
     (["build", str(TINY), "--matrix", "all", "--variant", "torch-cpu"], "--matrix and --variant both choose"),
 ])
 def test_cli_errors_are_one_line(args, text):

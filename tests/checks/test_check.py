@@ -111,7 +111,10 @@ def test_kbuild_check_flags_glibc_2_34_and_a_tampered_file(tmp_path):
     checks = by_check(report)
     assert report["variant"] == CPU_VARIANT and report["ok"] is False
     assert checks["abi"]["status"] == FAILED
-    assert checks["abi"]["findings"] == ["_probe_cpu_0000000.abi3.so needs GLIBC_2.34 (pthread_create) > 2.28"]
+    assert checks["abi"]["findings"] == [
+        "_probe_cpu_0000000.abi3.so needs GLIBC_2.34 (pthread_create) > 2.28: pthread_create cannot be pinned to an "
+        "older version; build with `kbuild build --runner docker` (the manylinux_2_28 image)"
+    ]
     assert checks["needed"]["status"] == OK
     assert checks["metadata"]["status"] == FAILED
     # The variant imports, but a library that registers nothing is a failed smoke test.
@@ -243,7 +246,7 @@ def test_a_compiled_cpu_variant_imports_and_registers_its_ops(cpu_variant):
     assert checks["metadata"]["status"] == OK
     assert checks["needed"]["status"] == OK, checks["needed"]
     # g++ 12 on glibc 2.36 would bind __libc_single_threaded@GLIBC_2.32; kbuild's
-    # glibc_compat.cpp keeps the local build within manylinux_2_28.
+    # glibc_compat (kernel_builder/compile/glibc_compat.py) keeps the local build within manylinux_2_28.
     assert checks["abi"]["status"] == OK, checks["abi"]
     assert code == 0
 

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import REPO, copy_example, kbuild
 from cuda_toolkit import CUDA_VARIANT, NVCC, embedded, needs_nvcc
+from kernel_builder.compile.backends import cuda
 from kernel_builder.compile.backends.cuda import (
     default_capabilities,
     effective_capabilities,
@@ -68,6 +69,57 @@ def test_cuda_minver_leaves_a_unit_out_of_older_cuda(tmp_path):
     manifest = load_manifest(root)
     assert [u.name for u in units_for_version(manifest, (13, 0))] == ["swiglu_cuda"]
     assert units_for_version(manifest, (12, 8)) == ()
+
+
+# -- finding nvcc: $CUDA_HOME, then PATH, then /usr/local/cuda ---------------------------------
+
+
+def fake_cuda_home(folder: Path) -> str:
+    """A CUDA folder whose bin/nvcc is a symlink to the real one (what a toolkit installed
+    by hand or by a package manager often looks like)."""
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "nvcc").symlink_to(os.path.realpath(NVCC))
+    return str(folder / "bin" / "nvcc")
+
+
+@pytest.fixture
+def no_nvcc_anywhere(tmp_path, monkeypatch):
+    """No CUDA_HOME/CUDA_PATH, a PATH without nvcc, and an empty standard folder."""
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    (tmp_path / "empty-path").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+    monkeypatch.setattr(cuda, "STANDARD_CUDA_HOME", tmp_path / "no-standard-cuda")
+    assert cuda.nvcc_path() is None
+
+
+@needs_nvcc
+def test_nvcc_in_cuda_home_is_found_without_path(tmp_path, monkeypatch, no_nvcc_anywhere):
+    nvcc = fake_cuda_home(tmp_path / "cuda-home")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda-home"))
+    assert cuda.nvcc_path() == nvcc
+    assert cuda.nvcc_version(nvcc) == cuda.nvcc_version(NVCC)  # the real nvcc runs through the link
+
+
+@needs_nvcc
+def test_the_standard_cuda_folder_is_looked_in_last(tmp_path, monkeypatch, no_nvcc_anywhere):
+    standard = fake_cuda_home(tmp_path / "standard")
+    monkeypatch.setattr(cuda, "STANDARD_CUDA_HOME", tmp_path / "standard")
+    assert cuda.nvcc_path() == standard
+    on_path = fake_cuda_home(tmp_path / "on-path")
+    monkeypatch.setenv("PATH", str(Path(on_path).parent))
+    assert cuda.nvcc_path() == on_path
+    home = fake_cuda_home(tmp_path / "home")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "home"))
+    assert cuda.nvcc_path() == home
+
+
+def test_no_nvcc_names_every_place_looked_in(no_nvcc_anywhere):
+    reason = cuda.CudaBackend().default_variant(None)
+    assert reason.reason == (
+        "nvcc not found in $CUDA_HOME/bin, on PATH or in /usr/local/cuda/bin "
+        "(install the CUDA toolkit, or set CUDA_HOME to its folder)"
+    )
 
 
 @needs_nvcc

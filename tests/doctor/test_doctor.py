@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -45,7 +46,7 @@ def _nvcc_release() -> str | None:
 
 
 NVCC = _nvcc_release()
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH or in $CUDA_HOME")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not in $CUDA_HOME, on PATH or in /usr/local/cuda")
 needs_nvcc_13_0 = pytest.mark.skipif(NVCC != "13.0", reason=f"nvcc 13.0 is not here (found {NVCC})")
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler (g++, c++, clang++ or $CXX)")
 not_macos = pytest.mark.skipif(sys.platform == "darwin", reason="Metal can be available on macOS")
@@ -90,6 +91,30 @@ def test_nvcc_13_0_builds_cuda_13_0_variants(report):
     assert cuda.available and cuda.status == doctor.OK
     assert cuda.variants and all("-cu130-" in v for v in cuda.variants)
     assert cuda.reason is None and cuda.install is None
+
+
+@pytest.mark.cuda
+@needs_nvcc
+def test_doctor_finds_nvcc_where_the_build_does_off_path(tmp_path, monkeypatch):
+    """nvcc in $CUDA_HOME (a symlink to the real one), then in the standard folder, with a
+    PATH that has no nvcc: doctor reports the one a build would use."""
+    from kernel_builder.compile.backends import cuda
+
+    real = os.path.realpath(nvcc_path())
+    for name in ("home", "standard"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "nvcc").symlink_to(real)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "empty"), str(Path(sys.executable).parent)]))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(cuda, "STANDARD_CUDA_HOME", tmp_path / "standard")
+    found = doctor.diagnose().backend("cuda")
+    assert found.status == doctor.OK and found.path == str(tmp_path / "home" / "bin" / "nvcc")
+    assert found.version == NVCC
+
+    monkeypatch.delenv("CUDA_HOME")
+    assert doctor.diagnose().backend("cuda").path == str(tmp_path / "standard" / "bin" / "nvcc")
 
 
 @needs_cxx

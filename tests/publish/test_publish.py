@@ -20,6 +20,7 @@ import torch
 
 from conftest import EXAMPLES, REPO, kbuild
 from hub_fixture import hub_env
+from kernel_builder.runtime.digest import hash_variant
 
 pytestmark = pytest.mark.e2e
 
@@ -218,3 +219,23 @@ def test_refuses_a_build_that_fails_its_checks_and_names_missing_settings(fused,
     tampered = publish(fused, "--tag", "v1.0.0", "--repo-id", "me/fused", env=env)
     assert tampered.returncode == 1 and "refusing to publish builds that fail `kbuild check`" in tampered.stderr
     assert "layers.py" in tampered.stderr
+
+
+def test_refuses_a_variant_that_needs_a_newer_glibc_and_says_to_build_in_docker(relu, hub, tmp_path):
+    """A library bound to a glibc symbol that kbuild cannot pin (pthread_create moved into
+    libc at 2.34): publish names the symbol and the way out, the manylinux_2_28 image."""
+    root = Path(shutil.copytree(relu, tmp_path / "relu", symlinks=True))
+    folder = root / "build" / CPU_VARIANT
+    [library] = folder.glob("*.abi3.so")
+    source = tmp_path / "threads.c"
+    source.write_text("#include <pthread.h>\nstatic void *run(void *a) { return a; }\n"
+                      "int start(void) { pthread_t t; return pthread_create(&t, 0, run, 0); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["digest"]["files"] = hash_variant(folder)  # only the glibc finding is left to refuse
+    (folder / "metadata.json").write_text(json.dumps(metadata, indent=2))
+
+    result = publish(root, "--tag", "v1.0.0", "--repo-id", "me/relu", "--dry-run", env=hub_env(hub, tmp_path))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"{CPU_VARIANT}: abi: {library.name} needs GLIBC_2.34 (pthread_create) > 2.28: pthread_create cannot be " \
+        "pinned to an older version; build with `kbuild build --runner docker` (the manylinux_2_28 image)" in result.stderr

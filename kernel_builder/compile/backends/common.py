@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from kernel_builder.compile.backends.base import Unavailable
-from kernel_builder.paths import templates_dir
+from kernel_builder.compile import glibc_compat
 from kernel_builder.compile.cmake import CompileSpec, SourceGroup, generated_include_dir
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
@@ -180,10 +180,14 @@ def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ..
 TORCH_LIBRARIES = ("c10", "torch", "torch_cpu")
 
 
-def glibc_compat_group() -> SourceGroup:
-    """templates/build/glibc_compat.cpp: keeps libstdc++'s single-thread check from
-    requiring GLIBC_2.32, so a local build on a newer glibc stays manylinux_2_28."""
-    return SourceGroup(files=(str(templates_dir("build", "glibc_compat.cpp")),))
+def _merged_options(
+    pairs: tuple[tuple[str, tuple[str, ...]], ...], extra: tuple[tuple[str, tuple[str, ...]], ...]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(language, options) pairs with `extra`'s options appended to the same language's."""
+    merged: dict[str, tuple[str, ...]] = dict(pairs)
+    for language, options in extra:
+        merged[language] = merged.get(language, ()) + options
+    return tuple(merged.items())
 
 
 def torch_spec(
@@ -195,6 +199,8 @@ def torch_spec(
     definitions: tuple[str, ...] = (),
     link_dirs: tuple[str, ...] = (),
     link_libraries: tuple[str, ...] = (),
+    language_options: tuple[tuple[str, tuple[str, ...]], ...] = (),
+    files: tuple[tuple[str, str], ...] = (),
     **fields,
 ) -> CompileSpec:
     """The CompileSpec every torch backend shares (the library named after the op
@@ -203,7 +209,10 @@ def torch_spec(
     if job.variant.kind is Kind.STABLE_ABI:
         definitions = (target_version_define(job.variant.torch),) + definitions
     if job.variant.os == "linux" and "CXX" in languages:
-        groups = [*groups, glibc_compat_group()]
+        # Within manylinux_2_28 on a newer glibc (kernel_builder.compile.glibc_compat).
+        groups = [*groups, glibc_compat.compat_group()]
+        files += ((glibc_compat.HEADER, glibc_compat.header_text()),)
+        language_options = _merged_options(language_options, glibc_compat.force_include_options(job.work_dir, languages))
     return CompileSpec(
         source_order=source_order(job.manifest, job.variant.backend),
         target=job.ops_name,
@@ -214,6 +223,8 @@ def torch_spec(
         includes=torch_includes(job.manifest, env, job.work_dir),
         link_dirs=(env.library_dir, *link_dirs),
         link_libraries=TORCH_LIBRARIES + link_libraries,
+        language_options=language_options,
+        files=files,
         **fields,
     )
 

@@ -36,7 +36,14 @@ from kernel_builder.variants import Variant, parse_version
 
 CUDA_SUFFIXES = (".cu",)
 
-NVCC_MISSING = "nvcc not found on PATH or in $CUDA_HOME (install the CUDA toolkit)"
+# Where the CUDA toolkit installs itself: looked in last, as torch's cpp_extension does, so an
+# nvcc that is neither on PATH nor named by $CUDA_HOME is still found.
+STANDARD_CUDA_HOME = Path("/usr/local/cuda")
+
+NVCC_MISSING = (
+    f"nvcc not found in $CUDA_HOME/bin, on PATH or in {STANDARD_CUDA_HOME}/bin "
+    "(install the CUDA toolkit, or set CUDA_HOME to its folder)"
+)
 
 # Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
 # GPUs newer than the build still run the kernel through the driver's JIT.
@@ -60,12 +67,13 @@ NVCC_FLAGS = (
 
 
 def nvcc_path() -> str | None:
-    """nvcc from $CUDA_HOME / $CUDA_PATH, else PATH."""
+    """nvcc from $CUDA_HOME (or $CUDA_PATH), else PATH, else the standard install folder."""
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = os.environ.get(var)
         if home and (Path(home) / "bin" / "nvcc").is_file():
             return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc")
+    standard = STANDARD_CUDA_HOME / "bin" / "nvcc"
+    return shutil.which("nvcc") or (str(standard) if standard.is_file() else None)
 
 
 @functools.cache
