@@ -11,9 +11,8 @@ from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.errors import VariantError
 from kernel_builder.build.host import torch_bounds_reason, variant_row, why_not
-from kernel_builder.kernel.sources import content_hash, input_files
 from kernel_builder.kernel.manifest import Manifest
-from kernel_builder.kernel.provenance import GitState, git_state
+from kernel_builder.kernel.identity import kernel_identity
 from kernel_builder.variants import LEGACY_PYTHON, Kind, Style, Variant, noarch_variant
 
 
@@ -39,17 +38,6 @@ class Plan:
         rows += [variant_row(None, b, "no variant can be built here; its device code is compiled as a check")
                  for b, _ in self.device_checks]
         return rows
-
-
-def kernel_identity(manifest: Manifest, out_dir: Path) -> tuple[str, GitState | None]:
-    """(id, git state): git's tree hash of the kernel folder, else a hash of its inputs.
-    Collecting the inputs first refuses a link out of the repo, so `kbuild plan` does too."""
-    files = input_files(manifest)
-    state = git_state(manifest.root, exclude=(out_dir,))
-    if state is not None and state.tree:
-        return state.tree[:7] + ("_dirty" if state.dirty else ""), state
-    suffix = "_dirty" if state is not None and state.dirty else ""
-    return content_hash(manifest.root, files)[:7] + suffix, state
 
 
 def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -> Variant | Unavailable:
@@ -120,7 +108,7 @@ def plan_build(
 
     A job whose variant needs a managed environment carries env=None; the build creates
     or finds that environment when the job runs (kbuild.build), not while planning."""
-    kernel_id, source = kernel_identity(manifest, out_dir)
+    kernel_id, source = kernel_identity(manifest)
     work_root = kernel_work_root(manifest)
 
     def job(variant: Variant) -> BuildJob:

@@ -13,16 +13,21 @@ from kernel_builder.cli.output import console as _console
 def init(
     name: str = typer.Argument(..., help="Kernel name, kebab-case (e.g. my-kernel); also the folder created."),
     backends: str = typer.Option("cpu", "--backends", "-b", help="Comma-separated: cpu,cuda,metal,rocm,xpu."),
+    no_git: bool = typer.Option(False, "--no-git", help="Do not make the folder a git repository with a first commit."),
 ) -> None:
-    """Scaffold a kernel repo with a working example op, tests and CI-ready layout."""
+    """Scaffold a kernel repo with a working example op, tests and CI-ready layout, as a git repo."""
+    from kernel_builder.scaffold.first_commit import make_first_commit
     from kernel_builder.scaffold.new_kernel import scaffold
 
     chosen = [b.strip() for b in backends.split(",") if b.strip()]
-    written = scaffold(Path(name), name.rstrip("/").split("/")[-1], chosen)
+    kernel = name.rstrip("/").split("/")[-1]
+    written = scaffold(Path(name), kernel, chosen)
     console = _console()
     console.print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
     if not any(p.name == "kbuild.yml" for p in written):
         _say_why_no_workflow(console)
+    if not no_git:
+        console.print(make_first_commit(Path(name), kernel))
 
 
 def demo(

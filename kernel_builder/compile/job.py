@@ -17,7 +17,7 @@ class BuildJob:
     env: BuildEnv | None  # None until the build finds or creates its managed environment
     variant: Variant
     backend: str
-    kernel_id: str  # 7 hex digits of the source tree hash, `_dirty` appended when dirty
+    kernel_id: str  # kernel.identity: 7 hex digits of what the build reads, `_dirty` when uncommitted
     source: GitState | None
     out_dir: Path  # the build/ folder; the job writes out_dir/<variant>/
     work_dir: Path  # the generated CMake project and its build tree (in the cache)

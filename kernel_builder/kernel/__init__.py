@@ -1,2 +1,3 @@
 """The kernel repo as input: build.toml (manifest, editions, migrate), kbuild.toml fusions,
-the files a build reads (sources: walk, hash, identity) and their git provenance."""
+the files a build reads (sources: walk, hash), the op namespace id they give (identity) and
+their git provenance."""

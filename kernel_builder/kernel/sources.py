@@ -111,7 +111,8 @@ def input_files(manifest: Manifest) -> list[Path]:
 
 
 def content_hash(root: Path, files: Iterable[Path]) -> str:
-    """sha256 over (relative path, file bytes) pairs: identifies a source tree without git."""
+    """sha256 over (relative path, file bytes) pairs, the same in any folder: the op namespace
+    id (identity.py) and part of the input hash."""
     digest = hashlib.sha256()
     for path in files:
         # relpath, not relative_to: a declared "a/../b.cpp" is inside the repo, yet not lexically under it.

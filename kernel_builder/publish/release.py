@@ -24,8 +24,8 @@ from kernel_builder.checks.variant_checks import check_build, variant_folders
 from kernel_builder.formatting import first_line
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.hub_names import repo_id_problem
+from kernel_builder.kernel.identity import DIRTY, kernel_identity
 from kernel_builder.kernel.manifest import Manifest, load_manifest
-from kernel_builder.build.plan import kernel_identity
 from kernel_builder.publish.repo_card import card_release, render_card
 from kernel_builder.runtime.loader import read_metadata
 
@@ -132,10 +132,10 @@ def plan_publish(kernel_dir: Path, tag: str, repo_id: str | None = None, allow_d
 
 def _refuse_stale_or_dirty(manifest: Manifest, out: Path, variants: list[Path], allow_dirty: bool) -> None:
     """Every variant must come from the source as it is now, and (unless allow_dirty) from a
-    committed tree: the op id of a build is its source tree's hash, `_dirty` when uncommitted."""
-    current, state = kernel_identity(manifest, out)
-    ids = {v.name: read_metadata(v)["id"] for v in variants}
-    stale = [name for name, op_id in ids.items() if not op_id.endswith(f"_{current}")]
+    commit: a build's op id ends with the id of what it read (kernel.identity), `_dirty` when uncommitted."""
+    current, state = kernel_identity(manifest)
+    metadata = {v.name: read_metadata(v) for v in variants}
+    stale = [name for name, meta in metadata.items() if not meta["id"].endswith(f"_{current}")]
     if stale:
         raise PublishError(
             f"build/ does not match the source: {', '.join(stale)} were built from other sources; "
@@ -143,14 +143,21 @@ def _refuse_stale_or_dirty(manifest: Manifest, out: Path, variants: list[Path], 
         )
     if allow_dirty:
         return
-    if current.endswith("_dirty"):
+    if current.endswith(DIRTY):
         raise PublishError(
-            f"{manifest.root} has uncommitted changes: commit them and rebuild, or pass --allow-dirty"
+            f"{manifest.root} has uncommitted changes to files the build reads: commit them and rebuild, or pass --allow-dirty"
         )
     if state is None:
         raise PublishError(
             f"{manifest.root} is not in a git repository, so the build records no commit: "
             "commit it to git and rebuild, or pass --allow-dirty"
+        )
+    # Same sources, built before the first commit: the id matches, the provenance lacks it.
+    uncommitted = [name for name, meta in metadata.items() if not meta["provenance"].get("kernel")]
+    if uncommitted:
+        raise PublishError(
+            f"{', '.join(uncommitted)} record no git commit (built before the kernel was committed): "
+            f"rebuild with `kbuild build {manifest.root}`, or pass --allow-dirty"
         )
 
 

@@ -7,7 +7,7 @@ Inside, the same build entry runs as locally, `python -m kernel_builder.cli buil
 - kbuild's code is the host's kernel_builder package, mounted read-only and put on
   PYTHONPATH (a checkout is mounted whole, so its git state still goes into provenance);
 - the kernel's source is mounted read-only: its git work tree when it is in one, so the
-  kernel id (the git tree hash of its folder) and the dirty flag are those of a local build;
+  commit and dirty flag it records (and the kernel id) are those of a local build;
 - the output folder, the compiler cache and the job's kbuild cache (CMake work tree and
   build log, kept for the next build and for reading the log) are mounted read-write;
 - it runs as the calling user (uid:gid), so what it writes is the caller's, not root's;

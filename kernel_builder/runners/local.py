@@ -49,7 +49,9 @@ def job_input_hash(job: BuildJob) -> str:
         f"variant {job.variant.name}",
         f"ops {job.ops_name}",
         f"torch {job.env.torch_version} cxx11={job.env.cxx11_abi} {job.env.torch_dir}",
-        f"source {job.source}",
+        # Whether a commit is recorded, not which: a commit that changes nothing the build
+        # reads keeps the build (and the commit it records); the first commit re-stamps it.
+        f"git {job.source is not None}",
     ]
     if job.compiled:
         facts.append(f"spec {backend.compile_spec(job).describe()}")

@@ -197,6 +197,16 @@ def test_dry_run_prints_the_plan_and_touches_nothing(fused, hub, tmp_path):
     assert not [r for r in hub.requests if r.method != "GET"], "a dry run sends nothing"
 
 
+def test_a_commit_that_touches_no_input_keeps_the_build_publishable(fused, hub, tmp_path):
+    (fused / "README.md").write_text("# fused\n")
+    git(fused, "add", "README.md")
+    git(fused, "commit", "-q", "-m", "readme")
+    rows = json.loads(kbuild("build", str(fused), "--json", check=True).stdout)["jobs"]
+    assert [r["status"] for r in rows] == ["up-to-date"]
+    result = publish(fused, "--tag", "v1.0.1", "--repo-id", "me/fused", "--dry-run", env=hub_env(hub, tmp_path))
+    assert result.returncode == 0 and "would publish me/fused" in result.stdout, result.stderr
+
+
 @pytest.mark.parametrize(("token", "message"), [
     (None, "no Hugging Face token: set HF_TOKEN or run `hf auth login`"),
     ("hf_wrong", "rejected the Hugging Face token (HTTP 401)"),

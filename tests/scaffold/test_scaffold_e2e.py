@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -10,8 +11,10 @@ import tomllib
 import pytest
 
 from conftest import kbuild, kbuild_in_process
+from kernel_builder.build.plan import kernel_work_root
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
+from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.scaffold.new_kernel import scaffold
 
 
@@ -60,3 +63,54 @@ def test_init_then_build_then_generated_tests_pass(tmp_path):
 def test_demo_command(tmp_path):
     result = kbuild("demo", "--dir", str(tmp_path), check=True)
     assert "matches x + 0.5 * y" in result.stdout
+
+
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+
+
+def _git(root, *args):
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, env=dict(os.environ, **GIT_IDENTITY))
+
+
+def _cpu_row(root) -> dict:
+    rows = json.loads(kbuild("build", str(root), "--json", check=True).stdout)["jobs"]
+    return next(r for r in rows if r["backend"] == "cpu")
+
+
+def _objects(root) -> dict:
+    """The CPU work tree's object files and their modification times: what a recompile rewrites."""
+    work = kernel_work_root(load_manifest(root))
+    return {p: p.stat().st_mtime_ns for p in work.rglob("*.o")}
+
+
+@pytest.mark.e2e
+def test_commits_that_touch_no_input_keep_the_build_and_it_stays_publishable(tmp_path):
+    """The issue's repro: build before the first commit, commit, build, README-only commit,
+    build, publish --dry-run; the only compile is the first build."""
+    kbuild("init", "my-op", "--no-git", cwd=tmp_path, check=True)
+    root = tmp_path / "my-op"
+    assert _cpu_row(root)["status"] == "built"
+    (library,) = root.glob("build/*/_my_op_cpu_*.abi3.so")
+    objects = _objects(root)
+    assert objects, "the first build compiled object files"
+
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "scaffold")
+    # Same sources, same id: the variant is stamped again with its commit, nothing compiles.
+    assert _cpu_row(root)["status"] == "built" and _objects(root) == objects
+    (variant,) = (root / "build").iterdir()
+    metadata = json.loads((variant / "metadata.json").read_text())
+    assert metadata["id"] == library.name.removesuffix(".abi3.so") and metadata["provenance"]["kernel"]["dirty"] is False
+
+    (root / "README.md").write_text((root / "README.md").read_text() + "\nMore words.\n")
+    _git(root, "commit", "-q", "-am", "docs")
+    assert _cpu_row(root)["status"] == "up-to-date" and library.is_file()
+    dry = kbuild("publish", str(root), "--tag", "v1.0.0", "--repo-id", "org/my-op", "--dry-run")
+    assert dry.returncode == 0 and "would publish org/my-op" in dry.stdout, dry.stderr
+
+    source = root / "my_op_cpu" / "scale_add.cpp"
+    source.write_text(source.read_text() + "// changed\n")
+    _git(root, "commit", "-q", "-am", "edit")
+    stale = kbuild("publish", str(root), "--tag", "v1.0.0", "--repo-id", "org/my-op", "--dry-run")
+    assert stale.returncode == 1 and "build/ does not match the source" in stale.stderr
