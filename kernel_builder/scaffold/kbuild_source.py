@@ -83,7 +83,10 @@ def _recorded_url(distribution: str) -> str | None:
 
 
 def _git(checkout: Path, *args: str) -> str | None:
-    done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, check=False)
+    except OSError:  # no git here: nothing to learn from the checkout
+        return None
     return done.stdout.strip() if done.returncode == 0 else None
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import kbuild_in_process
 
+pytestmark = pytest.mark.usefixtures("ci_install")  # init's workflow needs an install source
+
 
 @pytest.fixture(autouse=True)
 def own_git_config(tmp_path, monkeypatch) -> Path:
