@@ -15,6 +15,8 @@ variables, by what they set:
   `CCACHE_BASEDIR`: the user's own base folder for ccache's relative paths.
 - `MAX_JOBS`, `NVCC_THREADS` (torch's names): parallel compiles within one job and nvcc's
   --threads; `--max-jobs`, `--nvcc-threads` override them.
+- `GITHUB_ACTIONS` (`true` on GitHub Actions), `GITHUB_WORKSPACE` (the checkout): a build's
+  log gets fold groups and compiler error annotations, paths relative to the checkout.
 
 A variable that must be a choice or a number is parsed when it is used (a property below),
 so that a bad MAX_JOBS fails a build with one line naming it, not `kbuild env list`.
@@ -43,6 +45,8 @@ SCCACHE_DIR = "SCCACHE_DIR"
 CCACHE_BASEDIR = "CCACHE_BASEDIR"
 MAX_JOBS = "MAX_JOBS"
 NVCC_THREADS = "NVCC_THREADS"
+GITHUB_ACTIONS = "GITHUB_ACTIONS"
+GITHUB_WORKSPACE = "GITHUB_WORKSPACE"
 
 COMPILER_CACHE_TOOLS = ("ccache", "sccache")  # in order of preference
 _COMPILER_CACHE_CHOICES = ("", "auto", "none", *COMPILER_CACHE_TOOLS)
@@ -76,6 +80,8 @@ class KbuildEnvironment:
     compiler_cache_text: str = ""  # KBUILD_COMPILER_CACHE, lower-cased: see `compiler_cache`
     max_jobs_text: str = ""
     nvcc_threads_text: str = ""
+    github_actions: bool = False
+    github_workspace: Path | None = None
 
     @property
     def compiler_cache(self) -> str | None:
@@ -120,4 +126,6 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         compiler_cache_text=environ.get(COMPILER_CACHE, "").strip().lower(),
         max_jobs_text=environ.get(MAX_JOBS, ""),
         nvcc_threads_text=environ.get(NVCC_THREADS, ""),
+        github_actions=environ.get(GITHUB_ACTIONS, "") == "true",
+        github_workspace=path(GITHUB_WORKSPACE),
     )
