@@ -5,7 +5,10 @@
   Hub refused, a check found a problem).
 - 2, `UsageError`: what was asked for is wrong (a flag's value, a name, build.toml, a folder
   holding nothing to work on); the message says what to change.
-Other exit codes: a command's own outcome (`kbuild test` returns pytest's), 130 on Ctrl-C."""
+- 128 + the signal, `Interrupted`: Ctrl-C (SIGINT, 130) or SIGTERM (143) stopped the command.
+Other exit codes: a command's own outcome (`kbuild test` returns pytest's)."""
+
+import signal
 
 
 class KbuildError(Exception):
@@ -42,3 +45,20 @@ class EnvironmentProbeError(KbuildError):
 
 class EnvironmentCreateError(KbuildError):
     """A managed build environment could not be created; names the pip request and its log."""
+
+
+class Interrupted(KbuildError):
+    """Exit code 128 + the signal: the command was stopped (Ctrl-C, SIGTERM); the message
+    says what was left undone. Also what a job's tool run raises when the build stops it."""
+
+    def __init__(self, message: str, signal_number: int = signal.SIGINT):
+        super().__init__(message)
+        self.signal_number = int(signal_number)
+        self.exit_code = 128 + self.signal_number
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt (kernel_builder.cli.main installs
+    the handler), so that a build stops the same way on both."""
+
+    signal_number = signal.SIGTERM

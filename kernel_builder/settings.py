@@ -17,6 +17,8 @@ variables, by what they set:
   --threads; `--max-jobs`, `--nvcc-threads` override them.
 - `KBUILD_CI_INSTALL`: the pip requirement the CI workflows kbuild writes install kbuild
   with (a platform's own mirror, say), unless `--install` is given; else kbuild's own source.
+- `GITHUB_ACTIONS` (`true` on GitHub Actions), `GITHUB_WORKSPACE` (the checkout): a build's
+  log gets fold groups and compiler error annotations, paths relative to the checkout.
 
 A variable that must be a choice or a number is parsed when it is used (a property below),
 so that a bad MAX_JOBS fails a build with one line naming it, not `kbuild env list`.
@@ -46,6 +48,8 @@ CCACHE_BASEDIR = "CCACHE_BASEDIR"
 MAX_JOBS = "MAX_JOBS"
 NVCC_THREADS = "NVCC_THREADS"
 CI_INSTALL = "KBUILD_CI_INSTALL"
+GITHUB_ACTIONS = "GITHUB_ACTIONS"
+GITHUB_WORKSPACE = "GITHUB_WORKSPACE"
 
 COMPILER_CACHE_TOOLS = ("ccache", "sccache")  # in order of preference
 _COMPILER_CACHE_CHOICES = ("", "auto", "none", *COMPILER_CACHE_TOOLS)
@@ -80,6 +84,8 @@ class KbuildEnvironment:
     max_jobs_text: str = ""
     nvcc_threads_text: str = ""
     ci_install: str | None = None
+    github_actions: bool = False
+    github_workspace: Path | None = None
 
     @property
     def compiler_cache(self) -> str | None:
@@ -125,4 +131,6 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         max_jobs_text=environ.get(MAX_JOBS, ""),
         nvcc_threads_text=environ.get(NVCC_THREADS, ""),
         ci_install=text(CI_INSTALL),
+        github_actions=environ.get(GITHUB_ACTIONS, "") == "true",
+        github_workspace=path(GITHUB_WORKSPACE),
     )

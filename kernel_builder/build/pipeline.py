@@ -20,8 +20,9 @@ from kernel_builder.build.selection import resolve, select
 from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.compile.compiler_cache import find_compiler_cache
+from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import Interrupted, KbuildError
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.kernel.fusion import load_fusions
 from kernel_builder.kernel.manifest import Manifest, load_manifest
@@ -29,7 +30,7 @@ from kernel_builder.kernel.sources import input_files
 from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.runners.local import BuildSettings, run_job, writing_to
 from kernel_builder.runners.progress import Progress
-from kernel_builder.runners.result import JobResult
+from kernel_builder.runners.result import CANCELLED, JobResult
 from kernel_builder.variants import Style, Variant
 
 
@@ -84,7 +85,8 @@ def build_kernel(
             ]
         slots = plan_slots(len(tasks), options.jobs, options.max_jobs, options.nvcc_threads)
         settings = BuildSettings(
-            slots, found_cache, progress, import_check=options.import_check, strict_abi=options.strict_abi
+            slots, found_cache, progress, import_check=options.import_check, strict_abi=options.strict_abi,
+            tools=ToolProcesses(),
         )
         for task in tasks:
             progress.add(task.label)
@@ -94,13 +96,22 @@ def build_kernel(
             progress.finished(task.label, result.status, result.detail if not result.ok else "")
             return result
 
+        def cancelled(task: _Task) -> JobResult:
+            why = "interrupted" if scheduler.interrupted is not None else "another job failed (--fail-fast)"
+            return JobResult(task.label, task.backend, CANCELLED, detail=f"not started: {why}")
+
         scheduler = Scheduler(
-            work, failed=lambda r: not r.ok,
-            cancelled=lambda t: JobResult(t.label, t.backend, "cancelled", detail="not started: another job failed (--fail-fast)"),
-            concurrent=slots.concurrent, fail_fast=options.fail_fast,
+            work, failed=lambda r: not r.ok, cancelled=cancelled, concurrent=slots.concurrent,
+            fail_fast=options.fail_fast, on_interrupt=lambda again: settings.tools.stop(force=again),
         )
         with progress:
-            results = skips + scheduler.run(tasks)
+            results = scheduler.run(tasks)
+        if scheduler.interrupted is not None:
+            # Staged variants are renamed into place whole, so every previous one is intact.
+            count = sum(r.status == CANCELLED for r in results)
+            jobs = "job" if count == 1 else "jobs"
+            raise Interrupted(f"interrupted: {count} {jobs} cancelled, previous variants kept", scheduler.interrupted)
+        results = skips + results
     report = BuildReport(manifest.name, out, tuple(results), time.perf_counter() - started, slots.concurrent)
     return manifest, report
 

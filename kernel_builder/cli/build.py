@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import print_json
+from kernel_builder.cli.output import print_json, print_table
 from kernel_builder.errors import KbuildError
 
 
@@ -24,7 +24,7 @@ def _print_variant_rows(title: str, rows: list[dict]) -> None:
     for row in rows:
         here = "[green]yes[/]" if row["buildable"] else "no"
         table.add_row(escape(row["variant"] or f"({row['backend']})"), here, escape(row["environment"] or row["reason"] or ""))
-    _console().print(table)
+    print_table(_console(), table)
 
 
 def _environments_title(chooser) -> str:
@@ -158,11 +158,11 @@ def _print_build_report(console, report) -> None:
     if jobs:
         table = Table(show_edge=False)
         for column, justify in (("variant", "left"), ("status", "left"), ("time", "right"), ("size", "right"), ("cache hits", "right")):
-            table.add_column(column, justify=justify, no_wrap=column != "variant")
+            table.add_column(column, justify=justify, no_wrap=True)
         for r in jobs:
             hits = f"{r.compiler_cache.hits}/{r.compiler_cache.hits + r.compiler_cache.misses}" if r.compiler_cache else ""
             table.add_row(escape(r.label), f"[{style.get(r.status, 'bold')}]{r.status}[/]", f"{r.seconds:.1f} s", human_size(r.size), hits)
-        console.print(table)
+        print_table(console, table)
     for r in jobs:
         if r.status in ("failed", "cancelled", "checked"):
             console.print(f"[{style[r.status]}]{r.status}[/] {escape(r.label)}: {escape(r.detail)}")

@@ -1,17 +1,19 @@
 """The `kbuild` app: every command registered in one list (each lives in its own module
 under kernel_builder/cli/), and the entry point that maps error classes to exit codes.
 
-A KbuildError becomes one line on stderr and its exit code; never a traceback."""
+A KbuildError becomes one line on stderr and its exit code; never a traceback. Ctrl-C and
+SIGTERM end a command with one "kbuild: interrupted..." line and 128 + the signal."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
 
 from kernel_builder import __version__
 from kernel_builder.cli.output import console as _console
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import Interrupted, KbuildError, Terminated
 
 app = typer.Typer(
     name="kbuild",
@@ -60,19 +62,26 @@ def _register_commands() -> None:
         app.add_typer(group, name=name, help=help_text)
 
 
+def _terminated(signal_number, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
+    # SIGTERM (a CI runner cancelling, `kill`) stops a command as Ctrl-C does, not mid-write.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         # Outside standalone mode click returns typer.Exit's code instead of exiting.
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
+    except Interrupted as e:
+        _say_interrupted(e.message, e.exit_code)
     except KbuildError as e:
         from rich.markup import escape
 
         _console(stderr=True).print(f"[red]kbuild: error:[/] {escape(e.message)}")
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        _console(stderr=True).print("kbuild: interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        _say_interrupted("interrupted", 128 + getattr(e, "signal_number", signal.SIGINT))
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except Exception as e:
@@ -82,8 +91,19 @@ def main() -> None:
             e.show()
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":
+            # click turns an interrupt outside a build's jobs into Abort
+            cause = e.__cause__ or e.__context__
+            if isinstance(cause, KeyboardInterrupt):
+                _say_interrupted("interrupted", 128 + getattr(cause, "signal_number", signal.SIGINT))
             sys.exit(1)
         raise
+
+
+def _say_interrupted(message: str, exit_code: int) -> None:
+    from rich.markup import escape
+
+    _console(stderr=True).print(f"kbuild: {escape(message)}")
+    sys.exit(exit_code)
 
 
 _register_commands()

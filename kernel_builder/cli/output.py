@@ -1,5 +1,6 @@
 """What every `kbuild` command module shares: the rich console they print with, the one
-way `--json` output is written, and how a command group (`kbuild env ...`) is made."""
+way `--json` output is written, how a table is printed whole, and how a command group
+(`kbuild env ...`) is made."""
 
 from __future__ import annotations
 
@@ -18,6 +19,26 @@ def console(stderr: bool = False):
 def print_json(data) -> None:
     """`--json` output: one indented document on stdout, nothing else there."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def print_table(console, table) -> None:
+    """`table` with every variant name whole, whatever the width. Rich keeps a cell's words
+    whole while the table gets its minimum width, and cuts them short below it; then, where
+    nothing wraps lines (a pipe, a CI log), the table is printed that wide, and on a narrow
+    terminal as one line per row, which the terminal wraps."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(1 << 16), table).minimum
+    if needed <= console.width:
+        console.print(table)
+    elif not console.is_terminal:
+        Console(file=console.file, width=needed, highlight=False, soft_wrap=True, color_system=console.color_system).print(table)
+    else:
+        if table.title:
+            console.print(table.title)
+        for first, *rest in zip(*(column.cells for column in table.columns)):
+            console.print(f"{first}: " + ", ".join(str(cell) for cell in rest if str(cell)))
 
 
 def sub_app(help: str) -> typer.Typer:  # noqa: A002 - typer's own name for it

@@ -31,13 +31,19 @@ def init(
 
 
 def demo(
-    workdir: Optional[Path] = typer.Option(None, "--dir", help="Where to scaffold (default: a new temp folder)."),
+    workdir: Optional[Path] = typer.Option(
+        None, "--dir", help="Where to scaffold (default: kbuild's cache, where the next demo finds its build up to date)."
+    ),
 ) -> None:
     """Scaffold, build, load and call the embedded example kernel: a smoke test of kbuild."""
+    from rich.markup import escape
+
+    from kernel_builder.runners.progress import progress_for
     from kernel_builder.scaffold.demo import run_demo
 
     console = _console()
-    run_demo(workdir, say=console.print)
+    progress = progress_for(_console(stderr=True), quiet=False)  # the build's, as `kbuild build` shows it
+    run_demo(workdir, say=lambda message: console.print(escape(message)), progress=progress)
 
 
 def _say_why_no_workflow(console) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernel_builder.errors import BuildError, KbuildError
+from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.file_lock import inherited_lock_fds
 from kernel_builder.paths import templates_dir
 
@@ -144,9 +145,11 @@ def build_project(
     launchers: dict[str, str] | None = None,
     compile_env: dict[str, str] | None = None,
     on_step: Callable[[str], None] = lambda step: None,
+    tools: ToolProcesses | None = None,
 ) -> Path:
     """Configure (first time) and build; return the built library. Output goes to log_file;
-    `on_step` hears "configure" and "compile" as they start.
+    `on_step` hears "configure" and "compile" as they start. CMake runs as one of `tools`
+    (the build's, which an interrupt stops; default: this call's own).
 
     Parallelism (Ninja's -j, NVCC_APPEND_FLAGS), the compiler `launchers` (cache entries)
     and `compile_env` are passed outside the project, so they never change the generated
@@ -155,6 +158,7 @@ def build_project(
     cmake = _tool("cmake")
     ninja = _tool("ninja")
     launchers = launchers or {}
+    tools = tools or ToolProcesses()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "w") as log:
         entries = {**spec.cache, **launchers}
@@ -169,7 +173,7 @@ def build_project(
                 *(f"-D{k}={v}" for k, v in sorted(entries.items())),
             ]
             on_step("configure")
-            _run(configure, log, log_file, "configure")
+            _run(tools, configure, log, log_file, "configure")
         command = [cmake, "--build", str(build_dir)]
         if jobs:
             command += ["--parallel", str(jobs)]
@@ -177,7 +181,7 @@ def build_project(
         if nvcc_threads:
             extra["NVCC_APPEND_FLAGS"] = f"{os.environ.get('NVCC_APPEND_FLAGS', '')} --threads {nvcc_threads}".strip()
         on_step("compile")
-        _run(command, log, log_file, "compile", extra)
+        _run(tools, command, log, log_file, "compile", extra)
     library = build_dir / f"{spec.target}{spec.suffix}"
     if not library.exists():
         raise BuildError(f"the build finished but {library.name} is missing; see {log_file}")
@@ -210,15 +214,15 @@ def cache_holds(build_dir: Path, entries: dict[str, str]) -> bool:
     return all(cached.get(name, "") == value for name, value in entries.items())
 
 
-def _run(command: list[str], log, log_file: Path, step: str, extra_env: dict[str, str] | None = None) -> None:
+def _run(
+    tools: ToolProcesses, command: list[str], log, log_file: Path, step: str, extra_env: dict[str, str] | None = None
+) -> None:
     log.write("".join(f"{k}={v} " for k, v in (extra_env or {}).items()) + "$ " + " ".join(command) + "\n")
     log.flush()
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
     # The build's locks go with the tools, so compilers outliving a killed kbuild still hold them.
-    result = subprocess.run(
-        command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False, pass_fds=inherited_lock_fds()
-    )
-    if result.returncode != 0:
+    code = tools.run(command, step, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=inherited_lock_fds())
+    if code != 0:
         log.flush()
         raise BuildError(f"{step} failed: {first_error(log_file)} (full log: {log_file})")
 

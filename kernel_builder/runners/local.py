@@ -11,7 +11,7 @@ import json
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -23,8 +23,9 @@ from kernel_builder.compile.cmake import build_project, render_project
 from kernel_builder.compile.compiler_cache import CompilerCache, launcher_settings
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.compile.parallelism import Slots
+from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
-from kernel_builder.errors import BuildError, KbuildError
+from kernel_builder.errors import BuildError, Interrupted, KbuildError
 from kernel_builder.kernel.sources import input_hash
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import JobResult, folder_size
@@ -41,6 +42,7 @@ class BuildSettings:
     progress: Progress
     import_check: bool  # import each new variant in its environment before installing it
     strict_abi: bool  # symbol versions beyond manylinux_2_28 fail the job (else warn)
+    tools: ToolProcesses = field(default_factory=ToolProcesses)  # stopped on an interrupt
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -95,6 +97,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             if not chooser.available(job.variant):
                 progress.step(label, "environment")  # created now: a minute or more of pip
             job = job.with_env(chooser.env_for(job.variant))
+        settings.tools.raise_if_stopped()
         wanted = job_input_hash(job)
         if is_up_to_date(job, wanted):
             drop_other_style(job)
@@ -111,9 +114,10 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             compile_env = cache.job_environment(job.work_dir) if cache else {}
             library = build_project(
                 spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
-                on_step=lambda step: progress.step(label, step, job.log_file),
+                on_step=lambda step: progress.step(label, step, job.log_file), tools=settings.tools,
             )
             stats = cache.job_stats(job.work_dir) if cache else None
+        settings.tools.raise_if_stopped()  # a compiled library stays in the work tree for the next build
         with writing_to(job.out_dir):
             staging = stage_variant(job, library, wanted)
         progress.step(label, "check")
@@ -130,6 +134,10 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             install(staging, job.dest)
             drop_other_style(job)
     except KbuildError as e:
+        if isinstance(e, Interrupted) or settings.tools.stopped:
+            # A tool ended by a signal, or a step that failed because the build was stopped
+            # (Ctrl-C also reaches an import check): not the kernel's failure.
+            return result("cancelled", e.message, log=job.log_file.exists())
         return result("failed", e.message, log=job.log_file.exists())
     return result("built", log=True)
 

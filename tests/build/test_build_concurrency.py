@@ -50,30 +50,37 @@ def start_build(root: Path) -> subprocess.Popen:
     )
 
 
-def session_processes(session: int) -> dict[int, str]:
-    """pid -> command name of every process in `session` (Ninja gives each compile its
-    own process group, so the build's group alone does not hold the compilers)."""
-    found = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # exited meanwhile
-        fields = text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
-        # A zombie has exited (its files and locks are closed); an orphan's new parent
-        # may be slow to reap it.
-        if int(fields[3]) == session and fields[0] != "Z":
-            found[int(stat.parent.name)] = text[text.index("(") + 1 : text.rindex(")")]
-    return found
+class BuildProcesses:
+    """Every process of one `kbuild build`, by session: kbuild's own (start_build gives it
+    one) and each tool's (CMake runs in a session of its own so that an interrupt stops it
+    whole; Ninja gives each compile its own process group in it). A tool's session is found
+    while kbuild is the tool's parent, and keeps its id once kbuild is killed."""
 
+    def __init__(self, build: subprocess.Popen):
+        self.pid = build.pid
+        self.sessions = {build.pid}
 
-def kill_session(session: int) -> None:
-    """SIGKILL every process of the build at once, compilers included."""
-    for pid in session_processes(session):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    def running(self) -> dict[int, str]:
+        """pid -> command name of every live process of the build."""
+        table = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue  # exited meanwhile
+            fields = text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, session, ...
+            table[int(stat.parent.name)] = (fields[0], int(fields[1]), int(fields[3]), text[text.index("(") + 1 : text.rindex(")")])
+        self.sessions |= {session for _, ppid, session, _ in table.values() if ppid == self.pid}
+        # A zombie has exited (its files and locks are closed); an orphan's new parent may be slow to reap it.
+        return {pid: name for pid, (state, _, session, name) in table.items() if session in self.sessions and state != "Z"}
+
+    def kill(self) -> None:
+        """SIGKILL every process of the build at once, compilers included."""
+        for pid in self.running():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def loaded_add_one(root: Path) -> str:
@@ -120,15 +127,16 @@ def test_sigkill_mid_compile_keeps_the_previous_variant_and_the_next_build_succe
 
     edit_source(tiny, "20")
     build = start_build(tiny)
+    processes = BuildProcesses(build)
     deadline = time.monotonic() + 300
-    while "cc1plus" not in session_processes(build.pid).values():
+    while "cc1plus" not in processes.running().values():
         assert build.poll() is None, build.communicate()
         assert time.monotonic() < deadline, "the compiler never started"
         time.sleep(0.02)
-    kill_session(build.pid)
+    processes.kill()
     build.communicate()
-    while session_processes(build.pid):  # orphans reparented before the kill reached them
-        kill_session(build.pid)
+    while processes.running():  # orphans reparented before the kill reached them
+        processes.kill()
         time.sleep(0.05)
     assert build.returncode == -signal.SIGKILL
 
@@ -163,17 +171,18 @@ def test_compilers_left_running_by_a_killed_build_hold_its_locks(tiny):
     kbuild("build", str(tiny), NO_CACHE, check=True)
     edit_source(tiny, "30")
     build = start_build(tiny)
+    processes = BuildProcesses(build)
     deadline = time.monotonic() + 300
-    while "cc1plus" not in session_processes(build.pid).values():
+    while "cc1plus" not in processes.running().values():
         assert build.poll() is None, build.communicate()
         assert time.monotonic() < deadline, "the compiler never started"
         time.sleep(0.02)
     os.kill(build.pid, signal.SIGKILL)  # kbuild alone; cmake, ninja and the compiler live on
     build.communicate()
-    assert "cc1plus" in session_processes(build.pid).values()
+    assert "cc1plus" in processes.running().values()
 
     result = kbuild("build", str(tiny), NO_CACHE, check=True)
     assert "waiting for another kbuild build" in result.stderr
-    assert not session_processes(build.pid), "the next build ran while the orphans were still compiling"
+    assert not processes.running(), "the next build ran while the orphans were still compiling"
     assert_one_complete_variant(tiny)
     assert loaded_add_one(tiny) == "[30.0, 30.0]"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import signal
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from kernel_builder.errors import KbuildError
-from kernel_builder.runners.progress import LineProgress, last_line
+from kernel_builder.runners.progress import LineProgress, LiveProgress, activity
 from kernel_builder.build.report import BuildReport
 from kernel_builder.formatting import human_size
 from kernel_builder.runners.result import JobResult
@@ -94,12 +95,74 @@ def test_a_failure_does_not_stop_the_others_unless_fail_fast():
     assert started == [0]
 
 
-def test_last_line_is_the_compilers_latest(tmp_path):
+def test_an_interrupt_cancels_pending_jobs_and_stops_the_running_ones():
+    stopping, calls = threading.Event(), []
+    both_started = threading.Barrier(2, timeout=10)
+
+    def work(job):
+        both_started.wait()
+        if job == 0:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C, as the main thread waits for the jobs
+        assert stopping.wait(10)  # until the scheduler stops the running jobs
+        return f"stopped {job}"
+
+    def on_interrupt(again):
+        calls.append(again)
+        stopping.set()
+
+    scheduler = Scheduler(work, failed=lambda r: False, cancelled=lambda job: f"cancelled {job}", concurrent=2,
+                          on_interrupt=on_interrupt)
+    assert scheduler.run(range(4)) == ["stopped 0", "stopped 1", "cancelled 2", "cancelled 3"]
+    assert scheduler.interrupted == signal.SIGINT and calls == [False]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's again
+
+
+def test_activity_shows_progress_not_the_command_line(tmp_path):
     log = tmp_path / "build.log"
-    log.write_text("[1/3] Building CXX object a.o\n[2/3] Building CUDA object " + "k" * 200 + ".o\n\n")
-    line = last_line(log)
-    assert line.startswith("[2/3] Building CUDA object") and line.endswith("...") and len(line) <= 90
-    assert last_line(tmp_path / "missing.log") == "" and last_line(None) == ""
+    log.write_text("$ /venv/bin/cmake -G Ninja -S /w -B /w/build -DCMAKE_BUILD_TYPE=Release\n")
+    assert activity("configure", log) == "configuring"
+    with open(log, "a") as f:
+        f.write("-- The CXX compiler identification is GNU 12.2.0\n-- Detecting CXX compiler ABI info\n")
+    assert activity("configure", log) == "configuring: Detecting CXX compiler ABI info"
+    log.write_text("CCACHE_DIR=/c NVCC_APPEND_FLAGS=--threads 2 $ /venv/bin/cmake --build /w/build --parallel 2\n")
+    assert activity("compile", log) == "compiling"
+    with open(log, "a") as f:
+        f.write("[1/12] Building CXX object CMakeFiles/_k.dir/src/torch_binding.cpp.o\n"
+                "[3/12] Building CUDA object CMakeFiles/_k.dir/src/kernel.cu.o\n"
+                "/src/kernel.cu(12): warning #177-D: variable \"x\" was declared but never referenced\n" * 400)
+    assert activity("compile", log) == "[3/12] compiled kernel.cu"  # below hundreds of warning lines
+    with open(log, "a") as f:
+        f.write("[12/12] Linking CXX shared module _k_cuda_1a2b3c4.abi3.so\n")
+    assert activity("compile", log) == "[12/12] linked _k_cuda_1a2b3c4.abi3.so"
+    assert activity("environment", None) == "creating build environment"
+    assert activity("check", log) == "checking the variant"
+    container = tmp_path / "container.log"
+    container.write_text("Step 3/5 : RUN kbuild build\n" + "x" * 200 + "\n")
+    assert activity("container", container).endswith("...") and len(activity("container", container)) <= 90
+    assert activity("container", tmp_path / "missing.log") == "starting the build container"
+
+
+def test_live_table_keeps_variant_names_whole_at_any_width(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text("[3/12] Building CXX object CMakeFiles/_k.dir/src/add.cpp.o\n")
+    names = ["torch214-cxx11-cu130-x86_64-linux", "torch-2.13-cxx11-cpu-cpython-3.9-abi3-x86_64-linux"]
+    for width in (200, 100, 60, 40):
+        out = io.StringIO()
+        progress = LiveProgress(Console(file=out, width=width, highlight=False))
+        for name in names:
+            progress.step(name, "compile", log)
+        Console(file=out, width=width).print(progress._table())
+        lines = out.getvalue().splitlines()
+        assert max(len(line) for line in lines) <= width
+        shown = []  # each row's variant cell, its folded lines joined again
+        for line in lines[1:]:
+            mark, cell = line[:3].strip(), line[3:].split("  ")[0].strip()
+            if mark:
+                shown.append(cell)
+            else:
+                shown[-1] += cell
+        assert shown == names, (width, lines)
+        assert ("[3/12] compiled add.cpp" in out.getvalue()) == (width >= 100)
 
 
 def test_line_progress_prints_each_step_for_a_ci_log():

@@ -15,6 +15,7 @@ from kernel_builder.build.plan import kernel_work_root
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.scaffold.demo import demo_kernel
 from kernel_builder.scaffold.new_kernel import scaffold
 
 
@@ -60,9 +61,37 @@ def test_init_then_build_then_generated_tests_pass(tmp_path):
 
 
 @pytest.mark.e2e
-def test_demo_command(tmp_path):
-    result = kbuild("demo", "--dir", str(tmp_path), check=True)
-    assert "matches x + 0.5 * y" in result.stdout
+def test_demo_command_shows_its_build_and_reuses_it(tmp_path):
+    first = kbuild("demo", "--dir", str(tmp_path), check=True)
+    assert "matches x + 0.5 * y" in first.stdout and "scaffolded" in first.stdout
+    assert "torch213-cxx11-cpu-x86_64-linux compile" in first.stderr  # the build's progress, as `kbuild build` shows it
+    second = kbuild("demo", "--dir", str(tmp_path), check=True)
+    assert "reusing" in second.stdout and "up to date:" in second.stdout and "matches x + 0.5 * y" in second.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["kbuild-demo"]
+
+
+def test_demo_kernel_is_reused_while_it_is_what_kbuild_scaffolds(tmp_path):
+    root, reused = demo_kernel(tmp_path)
+    assert not reused and (root / "build.toml").is_file()
+    (root / "build" / "marker").parent.mkdir()
+    (root / "build" / "marker").write_text("a previous build")
+    assert demo_kernel(tmp_path) == (root, True) and (root / "build" / "marker").is_file()
+    (root / "build.toml").write_text((root / "build.toml").read_text() + "\n# changed\n")
+    assert demo_kernel(tmp_path) == (root, False)  # not what kbuild writes: written afresh
+    assert "# changed" not in (root / "build.toml").read_text() and not (root / "build").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["kbuild-demo"]  # no staging folders left
+
+
+def test_demo_kernel_leaves_no_staging_folder_when_interrupted(tmp_path, monkeypatch):
+    import kernel_builder.scaffold.demo as demo
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        demo_kernel(tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
