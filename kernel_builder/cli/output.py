@@ -29,6 +29,12 @@ def print_table(console, table) -> None:
     from rich.console import Console
     from rich.measure import Measurement
 
+    from rich.cells import cell_len
+
+    # Rich shares a short width out over columns by their ratios, and may then cut the first
+    # column's words although the table's minimum fits: hold that column at its widest name.
+    names = table.columns[0]
+    names.min_width = max([cell_len(str(cell)) for cell in names.cells] + [names.min_width or 0])
     needed = Measurement.get(console, console.options.update_width(1 << 16), table).minimum
     if needed <= console.width:
         console.print(table)
