@@ -27,7 +27,8 @@ from kernel_builder.variants import BACKENDS
 EDITION = 5  # the schema of a file without `edition`
 EDITIONS = (5, 6)
 BUILD_LAYOUTS = ("files", "zip")
-KEBAB_CASE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+# At least 2 characters: kernels' KernelName refuses a one-letter name at load time.
+KEBAB_CASE = re.compile(r"^(?=.{2})[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 UNIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 CAPABILITY = re.compile(r"^\d+\.\d+[a-z]?(\+PTX)?$")
 ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+([:][a-z+-]+)*$")
@@ -351,7 +352,7 @@ def _general(file: str, table: Any) -> General:
         required=("name", "backends"),
     )
     if not KEBAB_CASE.match(values["name"]):
-        raise reader.error("name", f"expected a kebab-case name such as \"my-kernel\", got {values['name']!r}")
+        raise reader.error("name", f"expected a kebab-case name of 2 or more characters such as \"my-kernel\", got {values['name']!r}")
     if values.get("edition", EDITION) not in EDITIONS:
         raise reader.error(
             "edition", f"expected 5 or 6, or no edition key (kbuild reads those), got {values['edition']}"

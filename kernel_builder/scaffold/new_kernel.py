@@ -101,7 +101,7 @@ def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
 
     if not isinstance(name, str) or not KEBAB_CASE.match(name):
         raise UsageError(
-            f"kernel name {name!r} is not kebab-case; use lowercase letters, digits and single '-', e.g. my-kernel")
+            f"kernel name {name!r} is not kebab-case; use 2 or more lowercase letters, digits and single '-', e.g. my-kernel")
     chosen = _check_backends(backends)
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):

@@ -176,6 +176,8 @@ BAD = {
     "src-missing-file": (lambda t: t.replace('"cpu/k.cpp"', '"cpu/gone.cpp"'), ["[kernel.k_cpu] src", "'cpu/gone.cpp' does not exist"]),
     "unit-backend-not-listed": (lambda t: t.replace('backends = ["cpu", "cuda", "rocm", "metal", "xpu"]', 'backends = ["cpu", "cuda", "rocm", "metal"]'), ["[kernel.k_xpu] backend", "not in [general] backends"]),
     "not-kebab": (lambda t: t.replace('name = "my-kernel"', 'name = "My_Kernel"'), ["[general] name", "kebab-case"]),
+    # kernels' KernelName refuses it at load time: refused here, before any build.
+    "one-letter": (lambda t: t.replace('name = "my-kernel"', 'name = "k"'), ["[general] name", "2 or more characters"]),
     "misplaced-backend-key": (lambda t: t.replace('cxx-flags = ["-mavx512f"]', 'cuda-flags = ["-x"]'), ["[kernel.k_cpu_avx512] cuda-flags", 'only valid for backend = "cuda"']),
     "bad-capability": (lambda t: t.replace('"9.0a"', '"sm90"'), ["[kernel.k_cuda] cuda-capabilities", "'sm90'"]),
     "python-depends-not-allowed": (lambda t: t.replace('python-depends = ["einops"]', 'python-depends = ["requests"]'), ["[general] python-depends", "'requests'"]),
@@ -238,7 +240,7 @@ def test_malformed_manifest_fails_with_one_line_and_exit_2(tmp_path, case):
     assert "build.toml" in info.value.message
 
 
-@pytest.mark.parametrize("case", ["bad-toml", "unknown-key", "wrong-type", "missing-required", "unknown-backend", "src-missing-file", "unit-backend-not-listed", "not-kebab"])
+@pytest.mark.parametrize("case", ["bad-toml", "unknown-key", "wrong-type", "missing-required", "unknown-backend", "src-missing-file", "unit-backend-not-listed", "not-kebab", "one-letter"])
 def test_cli_reports_malformed_manifest_in_one_line(tmp_path, case):
     change, words = BAD[case]
     repo = make_repo(tmp_path / "k", change(FULL))

@@ -30,7 +30,8 @@ def test_init_all_backends_writes_every_source(tmp_path):
     assert "*.so filter=lfs" in (tmp_path / "k" / ".gitattributes").read_text()
 
 
-@pytest.mark.parametrize("name,backends,words", [("Bad_Name", ["cpu"], "kebab-case"), ("ok", ["tpu"], "unknown backend 'tpu'")])
+@pytest.mark.parametrize("name,backends,words", [
+    ("Bad_Name", ["cpu"], "kebab-case"), ("k", ["cpu"], "2 or more"), ("ok", ["tpu"], "unknown backend 'tpu'")])
 def test_init_rejects_bad_input_and_writes_nothing(tmp_path, name, backends, words):
     with pytest.raises(KbuildError, match=words):
         scaffold(tmp_path / "k", name, backends)
