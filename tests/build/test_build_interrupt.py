@@ -46,6 +46,9 @@ def test_an_interrupted_build_says_so_and_keeps_the_previous_variant(tmp_path, s
         build = subprocess.Popen(
             [sys.executable, "-m", "kernel_builder.cli", "build", str(kernel), "--variant", VARIANT, "--no-compiler-cache"],
             stdout=subprocess.PIPE, stderr=err, text=True, env=dict(os.environ),
+            # As a terminal starts it: a suite run in the background (`cmd &` in a script) hands its
+            # children SIGINT ignored, and kbuild rightly keeps ignoring it then.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 300
         while f"{VARIANT} compile" not in stderr.read_text() and build.poll() is None and time.monotonic() < deadline:

@@ -95,7 +95,16 @@ def test_a_failure_does_not_stop_the_others_unless_fail_fast():
     assert started == [0]
 
 
-def test_an_interrupt_cancels_pending_jobs_and_stops_the_running_ones():
+@pytest.fixture
+def sigint_as_on_a_terminal():
+    """Python's own SIGINT handler, even where the suite runs in the background (`cmd &` in a
+    script starts it with SIGINT ignored, which the scheduler rightly leaves alone)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_cancels_pending_jobs_and_stops_the_running_ones(sigint_as_on_a_terminal):
     stopping, calls = threading.Event(), []
     both_started = threading.Barrier(2, timeout=10)
 
