@@ -34,10 +34,10 @@ def test_each_error_class_has_one_exit_code(error, code):
 
 
 def test_a_usage_error_exits_2_in_one_line(monkeypatch, capsys, tmp_path):
-    code, out, err = run_main(monkeypatch, capsys, "init", str(tmp_path / "k"), "--backends", "fortran")
+    code, out, err = run_main(monkeypatch, capsys, "init", str(tmp_path / "kk"), "--backends", "fortran")
     assert code == 2
     assert err.strip().count("\n") == 0 and "kbuild: error: --backends" in err and "Traceback" not in err
-    assert not (tmp_path / "k").exists()  # refused before anything is written
+    assert not (tmp_path / "kk").exists()  # refused before anything is written
 
 
 def test_a_failure_exits_1_in_one_line(monkeypatch, capsys, tmp_path):

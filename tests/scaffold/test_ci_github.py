@@ -176,7 +176,7 @@ def test_init_writes_the_workflow_and_actionlint_passes_it(kernel):
 @pytest.mark.e2e
 def test_sharded_and_gpu_workflows_pass_actionlint(tmp_path, kbuild_bin):
     root = tmp_path / "k"
-    scaffold(root, "k", KERNELS["all"])
+    scaffold(root, "kk", KERNELS["all"])
     result = ci("github", str(root), "--shards", "3", "--gpu-runner", "cuda=gpu-h100", "--gpu-runner", "rocm=mi300",
                 "--matrix", "torch>=2.13 os=linux arch=x86_64", "--force")
     assert result.exit_code == 0, result.output
@@ -298,7 +298,7 @@ def test_complete_names_what_is_missing_or_extra(tmp_path):
 )
 def test_user_mistakes_are_one_line_errors(tmp_path, kbuild_bin, args, message):
     root = tmp_path / "k"
-    scaffold(root, "k", ["cpu", "cuda", "metal"])
+    scaffold(root, "kk", ["cpu", "cuda", "metal"])
     result = subprocess.run([str(kbuild_bin / "kbuild"), "ci", "github", str(root), *args, "--force"],
                             capture_output=True, text=True)
     assert result.returncode == 2, result.stderr
@@ -308,7 +308,7 @@ def test_user_mistakes_are_one_line_errors(tmp_path, kbuild_bin, args, message):
 @pytest.mark.e2e
 def test_an_existing_workflow_is_kept_without_force(tmp_path, kbuild_bin):
     root = tmp_path / "k"
-    scaffold(root, "k", ["cpu"])
+    scaffold(root, "kk", ["cpu"])
     path = root / WORKFLOW_PATH
     path.write_text("# mine\n")
     result = subprocess.run([str(kbuild_bin / "kbuild"), "ci", "github", str(root)], capture_output=True, text=True)
@@ -319,7 +319,7 @@ def test_an_existing_workflow_is_kept_without_force(tmp_path, kbuild_bin):
 
 
 def test_init_writes_no_workflow_for_a_metal_only_kernel(tmp_path):
-    written = scaffold(tmp_path / "m", "m", ["metal"])
+    written = scaffold(tmp_path / "mm", "mm", ["metal"])
     assert not any(".github" in p.parts for p in written)
 
 

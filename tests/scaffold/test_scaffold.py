@@ -122,7 +122,7 @@ def test_every_source_file_is_listed_in_build_toml(tmp_path):
 # -- rendered contents ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["my-op", "x", "fused-rms-norm2", "a1-b2-c3"])
+@pytest.mark.parametrize("name", ["my-op", "xy", "fused-rms-norm2", "a1-b2-c3"])
 def test_rendered_python_is_valid_and_names_are_substituted(tmp_path, name):
     root, files = render(tmp_path, list(BACKENDS), name=name)
     python_name = name.replace("-", "_")

@@ -39,9 +39,9 @@ def test_init_rejects_bad_input_and_writes_nothing(tmp_path, name, backends, wor
 
 
 def test_init_refuses_an_existing_folder(tmp_path):
-    (tmp_path / "k").mkdir()
-    (tmp_path / "k" / "x").write_text("")
-    result = kbuild_in_process("init", "k", cwd=tmp_path)
+    (tmp_path / "kk").mkdir()
+    (tmp_path / "kk" / "x").write_text("")
+    result = kbuild_in_process("init", "kk", cwd=tmp_path)
     assert result.returncode == 1 and "already exists" in result.stderr
 
 
