@@ -61,13 +61,13 @@ def relu_with_archs(tmp_path: Path, archs: list[str]) -> Path:
 def tiny_kernel(tmp_path: Path, files: dict[str, str], unit: str) -> Path:
     """A one-backend (rocm) kernel repo with the given sources and [kernel.k_rocm] keys."""
     root = tmp_path / "k"
-    sources = {"torch-ext/torch_binding.cpp": "", "torch-ext/k/__init__.py": "", **files}
+    sources = {"torch-ext/torch_binding.cpp": "", "torch-ext/kk/__init__.py": "", **files}
     for rel, text in sources.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     src = ", ".join(f'"{f}"' for f in files)
     (root / "build.toml").write_text(
-        '[general]\nname = "k"\nbackends = ["rocm"]\n\n[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\n\n'
+        '[general]\nname = "kk"\nbackends = ["rocm"]\n\n[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\n\n'
         f'[kernel.k_rocm]\nbackend = "rocm"\nsrc = [{src}]\n{unit}\n'
     )
     return root
