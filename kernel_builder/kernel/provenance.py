@@ -23,7 +23,8 @@ class GitState:
     dirty: bool
 
 
-def _git(cwd: Path, *args: str, stdin: str | None = None) -> str | None:
+def git_output(cwd: Path, *args: str, stdin: str | None = None) -> str | None:
+    """git's stdout in `cwd`, or None when git fails or is not installed."""
     try:
         result = subprocess.run(
             ["git", "-C", str(cwd), *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
@@ -35,8 +36,8 @@ def _git(cwd: Path, *args: str, stdin: str | None = None) -> str | None:
 
 def _head(folder: Path) -> tuple[Path, str] | None:
     """(top of the work tree, HEAD's commit); None outside a repo or before the first commit."""
-    top = _git(folder, "rev-parse", "--show-toplevel")
-    commit = _git(folder, "rev-parse", "--verify", "-q", "HEAD") if top else None
+    top = git_output(folder, "rev-parse", "--show-toplevel")
+    commit = git_output(folder, "rev-parse", "--verify", "-q", "HEAD") if top else None
     return (Path(top).resolve(), commit) if top and commit else None
 
 
@@ -52,7 +53,7 @@ def git_state(folder: Path, inputs: Sequence[Path] | None = None) -> GitState | 
     top, commit = head
     spec = folder.relative_to(top).as_posix()
     if inputs is None:
-        dirty = _git(top, "status", "--porcelain", "--", spec) != ""
+        dirty = git_output(top, "status", "--porcelain", "--", spec) != ""
     else:
         dirty = _inputs_differ(top, spec, [p.resolve().relative_to(top).as_posix() for p in inputs])
     return GitState(commit=commit, dirty=dirty)
@@ -64,7 +65,7 @@ def _inputs_differ(top: Path, spec: str, files: list[str]) -> bool:
     A file's bytes go through git's clean filters (hash-object, by path) and are compared with
     HEAD's blob, so ignored and untracked inputs count too; a file inside a submodule is clean
     when git status finds that submodule clean."""
-    listing = _git(top, "ls-tree", "-r", "-z", "HEAD", "--", spec)
+    listing = git_output(top, "ls-tree", "-r", "-z", "HEAD", "--", spec)
     if listing is None:
         return True
     blobs: dict[str, str] = {}
@@ -81,11 +82,11 @@ def _inputs_differ(top: Path, spec: str, files: list[str]) -> bool:
     if any(f not in blobs or "\n" in f for f in plain):  # hash-object reads one path per line
         return True
     if plain:
-        hashed = _git(top, "hash-object", "--stdin-paths", stdin="\n".join(plain) + "\n")
+        hashed = git_output(top, "hash-object", "--stdin-paths", stdin="\n".join(plain) + "\n")
         if hashed is None or hashed.split("\n") != [blobs[f] for f in plain]:
             return True
     touched = sorted({s for s in submodules for f in in_submodule if f.startswith(s + "/")})
-    return bool(touched) and _git(top, "status", "--porcelain", "--", *touched) != ""
+    return bool(touched) and git_output(top, "status", "--porcelain", "--", *touched) != ""
 
 
 def kbuild_git_state() -> GitState | None:

@@ -10,12 +10,12 @@ is refused with what to pass as `--install` instead.
 from __future__ import annotations
 
 import json
-import subprocess
 from importlib import metadata
 from pathlib import Path
 
 from kernel_builder import __version__
 from kernel_builder.errors import UsageError
+from kernel_builder.kernel.provenance import git_output
 from kernel_builder.paths import CHECKOUT_DIR
 from kernel_builder.settings import CI_INSTALL, read_environment
 
@@ -82,19 +82,11 @@ def _recorded_url(distribution: str) -> str | None:
     return f"{PROJECT} @ {url}"
 
 
-def _git(checkout: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, check=False)
-    except OSError:  # no git here: nothing to learn from the checkout
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def _checkout_requirement(checkout: Path) -> str:
     """`git+URL@COMMIT` for the checkout's remote, when that remote is on a network and holds
     the commit (a remote-tracking branch contains it)."""
-    commit = _git(checkout, "rev-parse", "HEAD")
-    remote = _git(checkout, "config", "--get", "remote.origin.url")
+    commit = git_output(checkout, "rev-parse", "HEAD")
+    remote = git_output(checkout, "config", "--get", "remote.origin.url")
     if not commit or not remote:
         raise UsageError(f"cannot tell where CI can install kbuild from: its checkout {checkout} has no remote "
                          f"'origin'; pass {_EXAMPLE}")
@@ -102,7 +94,7 @@ def _checkout_requirement(checkout: Path) -> str:
     if url is None:
         raise UsageError(f"cannot tell where CI can install kbuild from: its checkout's remote {remote} is not on "
                          f"a network a CI runner reaches; pass {_EXAMPLE}")
-    if not _git(checkout, "branch", "-r", "--contains", commit, "--list", "origin/*"):
+    if not git_output(checkout, "branch", "-r", "--contains", commit, "--list", "origin/*"):
         raise UsageError(f"kbuild's commit {commit[:12]} is not on {remote}: push it, or pass {_EXAMPLE}")
     return f"{PROJECT} @ git+{url}@{commit}"
 
