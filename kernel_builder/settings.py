@@ -15,6 +15,8 @@ variables, by what they set:
   `CCACHE_BASEDIR`: the user's own base folder for ccache's relative paths.
 - `MAX_JOBS`, `NVCC_THREADS` (torch's names): parallel compiles within one job and nvcc's
   --threads; `--max-jobs`, `--nvcc-threads` override them.
+- `KBUILD_DOCKER_BASE_IMAGE`: the base of the build images of `--runner docker` when no
+  `--base-image` is given (else manylinux_2_28 for the variant's arch).
 - `KBUILD_CI_INSTALL`: the pip requirement the CI workflows kbuild writes install kbuild
   with (a platform's own mirror, say), unless `--install` is given; else kbuild's own source.
 - `GITHUB_ACTIONS` (`true` on GitHub Actions), `GITHUB_WORKSPACE` (the checkout): a build's
@@ -48,6 +50,7 @@ CCACHE_BASEDIR = "CCACHE_BASEDIR"
 MAX_JOBS = "MAX_JOBS"
 NVCC_THREADS = "NVCC_THREADS"
 CI_INSTALL = "KBUILD_CI_INSTALL"
+DOCKER_BASE_IMAGE = "KBUILD_DOCKER_BASE_IMAGE"
 GITHUB_ACTIONS = "GITHUB_ACTIONS"
 GITHUB_WORKSPACE = "GITHUB_WORKSPACE"
 
@@ -84,6 +87,7 @@ class KbuildEnvironment:
     max_jobs_text: str = ""
     nvcc_threads_text: str = ""
     ci_install: str | None = None
+    docker_base_image: str | None = None
     github_actions: bool = False
     github_workspace: Path | None = None
 
@@ -131,6 +135,7 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         max_jobs_text=environ.get(MAX_JOBS, ""),
         nvcc_threads_text=environ.get(NVCC_THREADS, ""),
         ci_install=text(CI_INSTALL),
+        docker_base_image=text(DOCKER_BASE_IMAGE),
         github_actions=environ.get(GITHUB_ACTIONS, "") == "true",
         github_workspace=path(GITHUB_WORKSPACE),
     )

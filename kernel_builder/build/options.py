@@ -54,6 +54,7 @@ class BuildOptions:
     import_check: bool = True  # --import-check: import each new variant before installing it
     strict_abi: bool = False  # --strict-abi: symbol versions beyond manylinux_2_28 fail a variant
     runner: str = "local"  # --runner: local or docker (kernel_builder.runners)
+    base_image: str | None = None  # --base-image: the docker runner's base (default: $KBUILD_DOCKER_BASE_IMAGE, manylinux)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))  # a list from a caller
@@ -65,6 +66,8 @@ class BuildOptions:
             Style.parse(self.variant_names)
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        if self.base_image is not None and self.runner != "docker":
+            raise UsageError("--base-image is the base of the docker runner's images: add --runner docker")
 
     def env_chooser(self, say: Callable[[str], None] = lambda message: None) -> EnvChooser:
         """The build environments these options ask for (probes --env); `say` hears of

@@ -74,7 +74,9 @@ def build_kernel(
         with writing_to(out):
             remove_stale_staging(out)
         if options.runner == "docker":
-            tasks, skips = _docker_tasks(manifest, out, requested, options.compiler_cache, lambda: settings, on_wait, style)
+            tasks, skips = _docker_tasks(
+                manifest, out, requested, options.compiler_cache, lambda: settings, on_wait, style, options.base_image
+            )
         else:
             plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style)
             skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
@@ -124,10 +126,11 @@ def _docker_tasks(
     settings: Callable[[], BuildSettings],
     say: Callable[[str], None],
     style: Style = Style.LEGACY,
+    base_image: str | None = None,
 ) -> tuple[list[_Task], list[JobResult]]:
     """One container job per requested variant (default: every variant of the matrix the
     kernel admits on this machine's platform); variants without a build image are skipped."""
-    from kernel_builder.runners.docker_images import build_images, image_for
+    from kernel_builder.runners.docker_images import build_images, glibc_policy, image_for, image_glibc
     from kernel_builder.runners.docker import build_in_container, default_compiler_cache_dir
     from kernel_builder.runners.docker_engine import docker_client
 
@@ -140,20 +143,26 @@ def _docker_tasks(
     skips, buildable = [], []
     for variant in variants:
         try:
-            image_for(variant)
+            image_for(variant, base_image=base_image)
             buildable.append(variant)
         except KbuildError as e:
             skips.append(JobResult(variant.name, variant.backend, "skipped", detail=e.message))
     if not buildable:
         return [], skips
     client = docker_client()
-    build_images(buildable, client, say=say)  # the missing ones; present images are kept
+    images, _ = build_images(buildable, client, base_image=base_image, say=say)  # present images are kept
+    for built in images:
+        glibc = image_glibc(client, built.image.tag)
+        if glibc_policy(glibc) != glibc_policy((0, 0)):  # the base is newer than manylinux_2_28
+            say(f"{built.image.build_args['BASE_IMAGE']} has glibc {glibc[0]}.{glibc[1]}: its builds can meet "
+                f"{glibc_policy(glibc)}, not manylinux_2_28 (`kbuild check` says which each meets)")
     cache_folder = default_compiler_cache_dir(compiler_cache)
 
     def job(variant: Variant) -> JobResult:
         current = settings()
         return build_in_container(
             variant, manifest.root, out, client, compiler_cache_dir=cache_folder, parallelism=current.slots.for_job(),
+            base_image=base_image,
             on_step=lambda step, log: current.progress.step(variant.name, step, log),
         )
 

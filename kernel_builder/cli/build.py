@@ -84,10 +84,15 @@ def build(
         "local", "--runner", help="local: this machine's toolchains and build environments; docker: one container "
         "per job from the build images in docker/ (built when missing; see `kbuild docker build-images`).",
     ),
+    base_image: Optional[str] = typer.Option(
+        None, "--base-image", metavar="IMAGE",
+        help="With --runner docker: the base of the build images (default: $KBUILD_DOCKER_BASE_IMAGE, else "
+        "manylinux_2_28; any glibc Linux with python3, g++ and git, e.g. from docker/offline-base.sh).",
+    ),
     strict_abi: bool = typer.Option(
         False, "--strict-abi",
         help="Fail a variant whose libraries need symbol versions beyond manylinux_2_28 (default: a warning for "
-        "local builds, which follow this machine's glibc; always on inside --runner docker).",
+        "local builds, which follow this machine's glibc; always on in --runner docker on a manylinux base).",
     ),
     import_check: bool = typer.Option(
         True, "--import-check/--no-import-check",
@@ -114,7 +119,7 @@ def build(
         variants=tuple(variant or ()), matrix=matrix, shard=shard, variant_names=variant_names, out=out,
         env=env, create_env=create_env, torch_index=torch_index, jobs=jobs, max_jobs=max_jobs,
         nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, fail_fast=fail_fast,
-        import_check=import_check, strict_abi=strict_abi, runner=runner,
+        import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image,
     )
     compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
     find_compiler_cache(compiler_cache)  # and a compiler cache that was asked for but is missing

@@ -59,6 +59,10 @@ def build_images_command(
     rebuild: bool = typer.Option(
         False, "--rebuild", help="Build images whose tag exists too, pulling the base image and bypassing the layer cache."
     ),
+    base_image: str | None = typer.Option(
+        None, "--base-image", metavar="IMAGE",
+        help="The images' base (default: $KBUILD_DOCKER_BASE_IMAGE, else manylinux_2_28 for the arch).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the images as JSON."),
 ) -> None:
     """Build the images that the selected variants build in, tagged by the hash of their inputs; existing tags are kept."""
@@ -71,7 +75,7 @@ def build_images_command(
     variants = selected_variants(selector, kernel)
     progress = _console(stderr=True)
     say = (lambda line: None) if as_json else (lambda line: progress.print(escape(line)))
-    images, skipped = build_images(variants, dry_run=dry_run, rebuild=rebuild, say=say)
+    images, skipped = build_images(variants, dry_run=dry_run, rebuild=rebuild, base_image=base_image, say=say)
     if as_json:
         data = {"images": [i.to_json() for i in images], "skipped": [{"variant": v, "reason": r} for v, r in skipped]}
         print_json(data)

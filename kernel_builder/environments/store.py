@@ -407,6 +407,11 @@ class ManagedEnv:
         }
 
 
+def is_managed_env(env: BuildEnv) -> bool:
+    """Whether kbuild made `env` (and may install into it), not a user's own --env."""
+    return (Path(env.python).parent.parent / MARKER).is_file()
+
+
 def _is_managed(path: Path) -> bool:
     # Only what kbuild made: KBUILD_ENVS_DIR may point at a folder holding other things,
     # and prune removes every incomplete entry it lists.

@@ -11,7 +11,11 @@ Inside, the same build entry runs as locally, `python -m kernel_builder.cli buil
 - the output folder, the compiler cache and the job's kbuild cache (CMake work tree and
   build log, kept for the next build and for reading the log) are mounted read-write;
 - it runs as the calling user (uid:gid), so what it writes is the caller's, not root's;
-- it asks for no GPU: building needs none.
+- it asks for no GPU and has no network: building needs neither, and a build reads
+  nothing but its mounts;
+- on a manylinux_2_28 base, symbol versions beyond it fail the variant (--strict-abi); on
+  a newer glibc (another base) they are a warning, and the build says which policy its
+  results can meet (docker_images.glibc_policy).
 
 Every host folder appears at the same path inside, so the paths in the build's JSON
 report, its messages and its logs hold on the host too. Paths the image itself uses
@@ -32,7 +36,7 @@ from pathlib import Path
 
 import kernel_builder
 from kernel_builder.paths import cache_dir
-from kernel_builder.runners.docker_images import HOME, VENV, ImageSpec, image_for
+from kernel_builder.runners.docker_images import HOME, MANYLINUX_GLIBC, VENV, ImageSpec, image_for, image_glibc
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import first_line
 from kernel_builder.runners.docker_engine import docker_client
@@ -96,11 +100,13 @@ class ContainerSpec:
             "working_dir": self.working_dir,
             "platform": self.platform,
             "labels": dict(self.labels),
+            "network_mode": "none",
         }
 
     def to_cli(self) -> list[str]:
         """The equivalent `docker run` command line (for logs, and to rerun a job by hand)."""
-        argv = ["docker", "run", "--rm", "--platform", self.platform, "--user", self.user, "--workdir", self.working_dir]
+        argv = ["docker", "run", "--rm", "--network", "none", "--platform", self.platform, "--user", self.user,
+                "--workdir", self.working_dir]
         for key, value in self.labels.items():
             argv += ["--label", f"{key}={value}"]
         for mount in self.mounts:
@@ -338,20 +344,22 @@ def build_in_container(
     *,
     compiler_cache_dir: Path | None,
     parallelism: Parallelism,
+    base_image: str | None = None,
     on_step: Callable[[str, Path | None], None] = lambda step, log: None,
 ) -> JobResult:
     """Build one variant in a container and report it as a local job would: the
     container's own `kbuild build --json` row, its log being the container's output.
-    Variants built this way must be portable: symbol versions beyond manylinux_2_28
+    Variants built on a manylinux_2_28 base must be portable: symbol versions beyond it
     fail them (--strict-abi)."""
     start = time.perf_counter()
     log_file: Path | None = None
     try:
-        image = image_for(variant)
+        image = image_for(variant, base_image=base_image)
+        portable = image_glibc(client, image.tag) <= MANYLINUX_GLIBC
         spec = container_spec(
             variant.name, kernel_root, out_dir, compiler_cache_dir, KBUILD_PACKAGE_DIR, image,
             uid=os.getuid(), gid=os.getgid(), max_jobs=parallelism.jobs, nvcc_threads=parallelism.nvcc_threads,
-            extra_args=("--strict-abi",),
+            extra_args=("--strict-abi",) if portable else (),
         )
         log_file = job_cache_dir(image, variant.name) / "container.log"
         on_step("container", log_file)

@@ -1,17 +1,22 @@
 """Build images for `kbuild build --runner docker`: which image builds a variant, its tag,
-and building the images with the Docker SDK (`kbuild docker build-images`).
+and building the images (`kbuild docker build-images`).
 
-One Dockerfile per backend family lives in `docker/` (CPU, CUDA, ROCm, XPU; all on
-manylinux_2_28). Each takes build args for the torch and toolkit versions; a variant
-fixes them:
+One Dockerfile per backend family lives in `docker/` (CPU, CUDA, ROCm, XPU). Each takes
+build args for its base image and the torch and toolkit versions; a variant fixes them:
 
+- base: `BASE_IMAGE`, manylinux_2_28 for the variant's arch unless `--base-image` or
+  $KBUILD_DOCKER_BASE_IMAGE names another (CPU and CUDA images install everything with pip,
+  so any glibc Linux with python3, g++ and git will do: docker/offline-base.sh makes one
+  from Debian's packages; ROCm and XPU install their toolkits with dnf, so they need an
+  Enterprise Linux base such as manylinux).
 - torch: `TORCH_VERSION` is the variant's torch as a pip version (`2.14.*`) and
   `TORCH_INDEX_URL` the index that serves its flavour, chosen as managed environments
-  choose it (kernel_builder.environments.store.pip_request); CPU images use PyTorch's CPU index
-  rather than pulling a CUDA torch for nothing.
-- toolkit: `CUDA_VERSION` (13.0), `ROCM_VERSION` (7.1) or `ONEAPI_VERSION` (2026.0).
-- `ARCH` (x86_64, aarch64) picks the manylinux base; `KBUILD_REQUIREMENTS` are kbuild's
-  runtime dependencies. kbuild's own code is not in the image: the runner mounts it.
+  choose it (kernel_builder.environments.store.pip_request); empty means pip's own
+  configuration, which the image build takes from the host (runners/pip_forwarding.py).
+- toolkit: `CUDA_VERSION` (13.0) with `TOOLKIT_REQUIREMENTS`, NVIDIA's compiler wheels of
+  that release (environments/cuda_wheels.py); `ROCM_VERSION` (7.1) or `ONEAPI_VERSION` (2026.0).
+- `KBUILD_REQUIREMENTS` are kbuild's runtime dependencies. kbuild's own code is not in the
+  image: the runner mounts it.
 
 A stable-ABI variant builds with the newest torch of the default matrix that has its
 toolkit and platform and is at least its ABI version (stable-ABI code compiles against
@@ -19,15 +24,17 @@ any newer torch). A noarch variant compiles nothing and needs any torch: the new
 image for this machine's architecture. Metal and macOS variants have no image.
 
 The tag is `kbuild-build-<family>:torch<M.m>[-<compute>]-<arch>-<hash>`, the hash being
-of the Dockerfile's text, the build args and the platform: the same inputs always give
-the same tag, and any change to them a new one. The Dockerfiles COPY nothing, so those
-are all of an image's inputs (bar what the base image and the package indexes serve).
+of the Dockerfile's text, the build args (the base image's name among them) and the
+platform: the same inputs always give the same tag, and any change to them a new one. The
+Dockerfiles COPY nothing, so those are all of an image's inputs (bar what the base image
+and the package indexes serve). pip's settings are not inputs: they say where packages
+come from, not which.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import io
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,6 +47,7 @@ from kernel_builder.environments.store import EnvSpec, pip_request
 from kernel_builder.errors import KbuildError
 from kernel_builder.paths import CHECKOUT_DIR, docker_dir
 from kernel_builder.formatting import first_line
+from kernel_builder.settings import read_environment
 from kernel_builder.variants import Kind, Matrix, Variant, default_matrix
 
 
@@ -47,9 +55,6 @@ FAMILIES = ("cpu", "cuda", "rocm", "xpu")
 # What the Dockerfiles install where; the runner's command and environment rely on it.
 VENV = "/opt/kbuild/venv"
 HOME = "/opt/kbuild/home"
-# Where pip_request names no index: PyTorch's CPU-only wheels, PyPI for the rest.
-CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-PYPI_INDEX = "https://pypi.org/simple"
 _PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 _TOOLKIT_ARG = {"cuda": "CUDA_VERSION", "rocm": "ROCM_VERSION", "xpu": "ONEAPI_VERSION"}
 # AMD and Intel publish their toolkits' Enterprise Linux packages for x86_64 only.
@@ -100,14 +105,26 @@ def image_tag(family: str, dockerfile_text: str, build_args: dict[str, str], pla
     return f"kbuild-build-{family}:{label}-{hashlib.sha256(inputs.encode()).hexdigest()[:12]}"
 
 
-def image_for(variant: Variant, matrix: Matrix | None = None) -> ImageSpec:
-    """The image that builds `variant`; a KbuildError saying why for one no container can build."""
+def default_base_image(arch: str) -> str:
+    """manylinux_2_28 for the arch: glibc 2.28, so what it builds loads on any manylinux_2_28 Linux."""
+    return f"quay.io/pypa/manylinux_2_28_{arch}"
+
+
+def chosen_base_image(base_image: str | None) -> str | None:
+    """--base-image, else $KBUILD_DOCKER_BASE_IMAGE, else None (manylinux_2_28 per arch)."""
+    return base_image or read_environment().docker_base_image or None
+
+
+def image_for(variant: Variant, matrix: Matrix | None = None, base_image: str | None = None) -> ImageSpec:
+    """The image that builds `variant` (from `base_image`, else chosen_base_image's); a
+    KbuildError saying why for one no container can build."""
+    base_image = chosen_base_image(base_image)
     if variant.kind is Kind.NOARCH:
         arch = host_platform()[0]
         torch = _newest_torch(matrix, lambda v: v.backend == "cpu" and v.arch == arch and v.os == "linux")
         if torch is None:
             raise KbuildError(f"{variant.name}: the default matrix has no CPU variant for {arch}-linux to build it in")
-        return _image("cpu", torch, None, arch)
+        return _image("cpu", torch, None, arch, base_image)
     if variant.os != "linux" or variant.backend == "metal":
         needs = "macOS and Xcode" if variant.backend == "metal" else "macOS"
         raise KbuildError(
@@ -120,6 +137,13 @@ def image_for(variant: Variant, matrix: Matrix | None = None) -> ImageSpec:
         raise KbuildError(f"{variant.name}: no build image for backend {variant.backend}")
     if variant.backend in _X86_ONLY and variant.arch != "x86_64":
         raise KbuildError(f"{variant.name}: no build image: the {variant.backend} toolkit's packages are for x86_64 only")
+    if variant.backend == "cuda":
+        from kernel_builder.environments.cuda_wheels import requirements
+
+        try:
+            requirements(variant.backend_version)  # the image's nvcc comes from these wheels
+        except KbuildError as e:
+            raise KbuildError(f"{variant.name}: no build image: {e.message}") from None
     torch = variant.torch
     if variant.kind is Kind.STABLE_ABI:
         torch = _newest_torch(matrix, lambda v: (v.backend, v.backend_version, v.arch, v.os) == (
@@ -129,7 +153,7 @@ def image_for(variant: Variant, matrix: Matrix | None = None) -> ImageSpec:
                 f"{variant.name}: the default matrix has no torch >= {variant.torch_version} "
                 f"with {variant.compute} on {variant.platform} to build it with"
             )
-    return _image(variant.backend, torch, variant.backend_version, variant.arch)
+    return _image(variant.backend, torch, variant.backend_version, variant.arch, base_image)
 
 
 def _newest_torch(matrix: Matrix | None, keep: Callable[[Variant], bool]) -> tuple[int, int] | None:
@@ -138,20 +162,24 @@ def _newest_torch(matrix: Matrix | None, keep: Callable[[Variant], bool]) -> tup
     return max(found) if found else None
 
 
-def _image(family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None, arch: str) -> ImageSpec:
+def _image(family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None, arch: str, base_image: str | None) -> ImageSpec:
     compute = "cpu" if family == "cpu" else Variant(Kind.ARCH, family, torch, toolkit).compute
     requirement, index = pip_request(EnvSpec(torch, compute))
     args = {
-        "ARCH": arch,
+        "BASE_IMAGE": base_image or default_base_image(arch),
         "TORCH_VERSION": requirement.removeprefix("torch=="),
-        # pip_request says None for "pip's own index": PyPI in an image; for CPU, any
-        # flavour would do, and the CPU index avoids gigabytes of CUDA libraries.
-        "TORCH_INDEX_URL": index or (CPU_TORCH_INDEX if family == "cpu" else PYPI_INDEX),
+        # None is "pip's own indexes", which the build takes from the host's pip settings.
+        "TORCH_INDEX_URL": index or "",
         "KBUILD_REQUIREMENTS": " ".join(kbuild_requirements()),
     }
     if family != "cpu":
         assert toolkit is not None
         args[_TOOLKIT_ARG[family]] = f"{toolkit[0]}.{toolkit[1]}"
+    if family == "cuda":
+        from kernel_builder.environments.cuda_wheels import requirements as cuda_toolkit_requirements
+
+        assert toolkit is not None
+        args["TOOLKIT_REQUIREMENTS"] = " ".join(cuda_toolkit_requirements(toolkit))
     path = dockerfile(family)
     platform = _PLATFORMS[arch]
     label = f"torch{torch[0]}.{torch[1]}{'' if family == 'cpu' else '-' + compute}-{arch}"
@@ -189,14 +217,16 @@ class ImageBuild:
         return {**self.image.to_json(), "variants": list(self.variants), "status": self.status}
 
 
-def plan_images(variants: Iterable[Variant], matrix: Matrix | None = None) -> tuple[list[ImageBuild], list[tuple[str, str]]]:
+def plan_images(
+    variants: Iterable[Variant], matrix: Matrix | None = None, base_image: str | None = None
+) -> tuple[list[ImageBuild], list[tuple[str, str]]]:
     """The unique images the variants need (status "planned"), and (variant, reason) for
     each that no image can build."""
     images: dict[str, tuple[ImageSpec, list[str]]] = {}
     skipped: list[tuple[str, str]] = []
     for variant in variants:
         try:
-            image = image_for(variant, matrix)
+            image = image_for(variant, matrix, base_image)
         except KbuildError as e:
             skipped.append((variant.name, e.message))
             continue
@@ -211,13 +241,14 @@ def build_images(
     *,
     dry_run: bool = False,
     rebuild: bool = False,
+    base_image: str | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[list[ImageBuild], list[tuple[str, str]]]:
-    """Build the images the variants need (plan_images), streaming the engine's output
-    line by line to `say`. An image whose tag exists is kept unless `rebuild` (which also
-    pulls the base image and bypasses the layer cache). `client` is a docker SDK client;
-    None connects to the engine (a KbuildError when none is reachable)."""
-    planned, skipped = plan_images(variants)
+    """Build the images the variants need (plan_images) with BuildKit, streaming the build's
+    output line by line to `say`. An image whose tag exists is kept unless `rebuild` (which
+    also pulls the base image and bypasses the layer cache). `client` is a docker SDK
+    client; None connects to the engine (a KbuildError when none is reachable)."""
+    planned, skipped = plan_images(variants, base_image=base_image)
     if dry_run or not planned:
         return planned, skipped
     if client is None:
@@ -226,45 +257,78 @@ def build_images(
         client = docker_client()
     done = []
     for item in planned:
-        if not rebuild and _image_exists(client, item.image.tag):
+        # A base remade under the same name (offline-base.sh) is a new input too.
+        base_id = _image_id(client, item.image.build_args["BASE_IMAGE"])
+        existing = None if rebuild else _image_labels(client, item.image.tag)
+        if existing is not None and base_id in (None, existing.get(BASE_ID_LABEL)):
             say(f"{item.image.tag}: present")
             done.append(ImageBuild(item.image, item.variants, "present"))
             continue
-        say(f"{item.image.tag}: building from {item.image.dockerfile.name} ({item.image.describe()})")
-        _build(client, item.image, rebuild, say)
+        why = "its base changed, rebuilding" if existing is not None else "building"
+        say(f"{item.image.tag}: {why} from {item.image.dockerfile.name} ({item.image.describe()})")
+        _build(item.image, rebuild, base_id, say)
         done.append(ImageBuild(item.image, item.variants, "built"))
     return done, skipped
 
 
-def _image_exists(client, tag: str) -> bool:
+BASE_ID_LABEL = "kbuild.base-id"
+
+
+def _image_labels(client, tag: str) -> dict[str, str] | None:
+    """The labels of the image `tag`; None when the engine has no such image."""
     from docker.errors import ImageNotFound
 
     try:
-        client.images.get(tag)
+        return client.images.get(tag).labels or {}
     except ImageNotFound:
-        return False
-    return True
+        return None
 
 
-def _build(client, image: ImageSpec, rebuild: bool, say: Callable[[str], None]) -> None:
+def _image_id(client, tag: str) -> str | None:
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(tag).id
+    except ImageNotFound:  # not pulled yet: the build pulls it
+        return None
+
+
+def _build(image: ImageSpec, rebuild: bool, base_id: str | None, say: Callable[[str], None]) -> None:
+    from kernel_builder.runners.image_builder import build_image
+    from kernel_builder.runners.pip_forwarding import forwarded_pip
+
+    labels = {"kbuild.family": image.family, "kbuild.inputs-hash": image.inputs_hash, BASE_ID_LABEL: base_id or ""}
+    with forwarded_pip() as pip:
+        platform = None if image.platform == _PLATFORMS.get(host_platform()[0]) else image.platform
+        build_image(image.dockerfile, image.tag, dict(image.build_args), labels, pip,
+                    platform=platform, rebuild=rebuild, say=say)
+
+
+# -- what an image's base gives ------------------------------------------------------------
+MANYLINUX_GLIBC = (2, 28)
+
+
+@functools.cache
+def image_glibc(client, tag: str) -> tuple[int, int]:
+    """The glibc version of an image (its base's), from a throwaway container without network."""
     from docker.errors import DockerException
     from requests import RequestException
 
-    # The Dockerfile alone is the build context: it COPYs nothing, and the tag hashes it.
-    context = io.BytesIO(image.dockerfile.read_bytes())
-    failed = f"building image {image.tag} from {image.dockerfile}"
+    probe = "import platform; print(platform.libc_ver()[1])"
     try:
-        stream = client.api.build(
-            fileobj=context, tag=image.tag, buildargs=dict(image.build_args), platform=image.platform,
-            decode=True, rm=True, forcerm=True, pull=rebuild, nocache=rebuild,
-            labels={"kbuild.family": image.family, "kbuild.inputs-hash": image.inputs_hash},
-        )
-        for chunk in stream:
-            if "error" in chunk:
-                raise KbuildError(f"{failed} failed: {first_line(chunk['error'])}")
-            text = chunk.get("stream") or ("" if "progress" in chunk else chunk.get("status", ""))
-            for line in str(text).splitlines():
-                if line.strip():
-                    say(line.rstrip())
-    except (DockerException, RequestException) as e:  # the engine refused, or went away
-        raise KbuildError(f"{failed} failed: {first_line(str(e))}") from None
+        out = client.containers.run(tag, [f"{VENV}/bin/python", "-c", probe], remove=True, network_mode="none")
+    except (DockerException, RequestException) as e:
+        raise KbuildError(f"cannot tell the glibc of {tag}: {first_line(str(e))}") from None
+    text = out.decode(errors="replace").strip()
+    try:
+        major, minor = text.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        raise KbuildError(f"cannot tell the glibc of {tag}: its python says {text!r}") from None
+
+
+def glibc_policy(glibc: tuple[int, int]) -> str:
+    """The manylinux policy what an image builds can meet: manylinux_2_28 on a base whose
+    glibc is 2.28 or older, else the base's own (manylinux_2_36 on Debian bookworm)."""
+    meets = max(glibc, MANYLINUX_GLIBC)
+    return f"manylinux_{meets[0]}_{meets[1]}"

@@ -175,9 +175,12 @@ def test_variants_command_marks_what_this_machine_builds_and_where():
         assert cu130["buildable"] and "managed torch214-cu130" in cu130["environment"]
         # nvcc 13.0 builds only the cu130 variants: each variant is compiled by its own CUDA release.
         assert "nvcc must be the variant's CUDA release" in rows["torch214-cxx11-cu126-x86_64-linux"]["reason"]
-        assert "needs CUDA 13.2" in rows["torch214-cxx11-cu132-x86_64-linux"]["reason"]
-    else:
-        assert "nvcc not found" in cu130["reason"]
+        assert f"nvcc 13.0 at {nvcc_path()}" in cu130["environment"]
+    # CUDA 13.x without a system toolkit of its release: nvcc from NVIDIA's wheels.
+    cu132 = rows["torch214-cxx11-cu132-x86_64-linux"]
+    assert cu132["buildable"] and "nvcc 13.2 from NVIDIA's wheels" in cu132["environment"], cu132
+    # CUDA 12 has no such wheels: a system toolkit of the release or nothing.
+    assert not rows["torch214-cxx11-cu126-x86_64-linux"]["buildable"]
     assert "needs platform aarch64-darwin" in rows[f"torch{major}{minor}-metal-aarch64-darwin"]["reason"]
     assert all(r["buildable"] or r["reason"] for r in rows.values())
     # --env pins one environment: variants it cannot build say what it has.

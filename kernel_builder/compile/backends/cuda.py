@@ -3,8 +3,9 @@
 The architectures are the unit's `cuda-capabilities` (or the defaults of its CUDA
 version, FORMATS.md) intersected with what the installed nvcc can compile
 (`nvcc --list-gpu-arch`); each becomes a `-gencode` for SASS, and `X.Y+PTX` adds PTX.
-The variant is named after the CUDA version torch was built with; nvcc must have the
-same major version, as torch's own extension builder requires."""
+The variant is named after the CUDA version torch was built with; nvcc must be that
+release. A system nvcc of it is preferred; else the NVIDIA compiler wheels of it in the
+build environment (environments/cuda_wheels.py), which kbuild installs into a managed one."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ from kernel_builder.compile.backends.common import (
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
+from kernel_builder.environments import cuda_wheels
 from kernel_builder.environments.probe import BuildEnv
-from kernel_builder.errors import BuildError
+from kernel_builder.environments.store import is_managed_env
+from kernel_builder.errors import BuildError, KbuildError
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.variants import Variant, parse_version
 
@@ -44,6 +47,15 @@ NVCC_MISSING = (
     f"nvcc not found in $CUDA_HOME/bin, on PATH or in {STANDARD_CUDA_HOME}/bin "
     "(install the CUDA toolkit, or set CUDA_HOME to its folder)"
 )
+
+
+def _wheels_hint(cuda: tuple[int, int]) -> str:
+    """How a user's own environment gets nvcc from wheels, where wheels exist."""
+    try:
+        wanted = " ".join(cuda_wheels.requirements(cuda))
+    except KbuildError:
+        return ""
+    return f"; or pip install {wanted} into the build environment"
 
 # Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
 # GPUs newer than the build still run the kernel through the driver's JIT.
@@ -64,6 +76,30 @@ NVCC_FLAGS = (
     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
     "-D__CUDA_NO_HALF2_OPERATORS__",
 )
+
+
+def nvcc_for(cuda: tuple[int, int] | None, env: BuildEnv | None) -> str | None:
+    """The nvcc that builds CUDA `cuda` with `env`: the system one when it is that release,
+    else the one from NVIDIA's wheels in `env`, else the system one (whose release the
+    caller reports)."""
+    system = nvcc_path()
+    if system and (cuda is None or nvcc_version(system) == cuda):
+        return system
+    wheel = cuda_wheels.wheel_nvcc(env, cuda) if env is not None and cuda is not None else None
+    return wheel or system
+
+
+def _wheels_would_serve(cuda: tuple[int, int], managed: bool) -> bool:
+    """A build would install the wheels of `cuda` into its environment (a managed one)."""
+    return managed and cuda in cuda_wheels.WHEEL_RELEASES
+
+
+def describe_toolkit(cuda: tuple[int, int]) -> str:
+    """Which nvcc builds CUDA `cuda` here, for `kbuild variants` and `kbuild doctor`."""
+    system = nvcc_path()
+    if system and nvcc_version(system) == cuda:
+        return f"nvcc {cuda[0]}.{cuda[1]} at {system}"
+    return f"nvcc {cuda[0]}.{cuda[1]} from NVIDIA's wheels in the managed environment (installed on first build)"
 
 
 def nvcc_path() -> str | None:
@@ -194,11 +230,17 @@ class CudaBackend(Backend):
     tool = "nvcc"
     install = "the CUDA toolkit (nvcc) of a CUDA release torch ships"
 
-    def _toolchain_reason(self, manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
-        nvcc = nvcc_path()
+    def _toolchain_reason(
+        self, manifest: Manifest | None, cuda: tuple[int, int], env: BuildEnv | None, managed: bool
+    ) -> str | None:
+        """Why CUDA `cuda` cannot be built with `env` (None: in a managed one, maybe yet to
+        be made); `managed` says kbuild may install nvcc's wheels into it."""
+        nvcc = nvcc_for(cuda, env)
+        have = nvcc_version(nvcc) if nvcc else None
+        if have != cuda and _wheels_would_serve(cuda, managed):
+            return cuda_bounds_reason(manifest, cuda)  # the build installs nvcc from wheels
         if nvcc is None:
-            return NVCC_MISSING
-        have = nvcc_version(nvcc)
+            return NVCC_MISSING + _wheels_hint(cuda)
         if have is None:
             return f"{nvcc} --version did not report a CUDA release"
         # Same release as torch's CUDA: torch's CUDA headers (nvidia wheels) and nvcc must
@@ -206,7 +248,7 @@ class CudaBackend(Backend):
         if have != cuda:
             return (
                 f"nvcc is CUDA {have[0]}.{have[1]} but the variant needs CUDA {cuda[0]}.{cuda[1]}; "
-                "nvcc must be the variant's CUDA release"
+                "nvcc must be the variant's CUDA release" + _wheels_hint(cuda)
             )
         return cuda_bounds_reason(manifest, cuda)
 
@@ -214,14 +256,15 @@ class CudaBackend(Backend):
         if not env.cuda:
             return not_this_torch(self.name, env, "CUDA", "a CUDA torch (e.g. torch==2.14.1)")
         cuda = parse_version(env.cuda)
-        reason = self._toolchain_reason(manifest, cuda)
+        reason = self._toolchain_reason(manifest, cuda, env, is_managed_env(env))
         if reason:
             return Unavailable(self.name, reason)
         return env_target(manifest, self.name, env, cuda)
 
     def variant_reason(self, manifest: Manifest | None, variant: Variant, env: BuildEnv | None) -> str | None:
         assert variant.backend_version is not None
-        return self._toolchain_reason(manifest, variant.backend_version)
+        # Called for variants that a managed environment builds, not `env` (the primary).
+        return self._toolchain_reason(manifest, variant.backend_version, None, managed=True)
 
     def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
         """The CUDA variant to build here when the build environment is not a CUDA torch:
@@ -266,16 +309,27 @@ class CudaBackend(Backend):
     def capabilities(self, job) -> tuple[str, ...]:
         """Every capability the variant embeds, across units (metadata's backend.archs)."""
         cuda = job.variant.backend_version
-        supported = nvcc_architectures(nvcc_path())
+        supported = nvcc_architectures(self.job_nvcc(job))
         caps = {c.removesuffix("+PTX") for u in units_for_version(job.manifest, cuda)
                 for c in effective_capabilities(u, cuda, supported)}
         return tuple(sorted(caps, key=lambda c: (parse_version(c), c)))
 
+    def job_nvcc(self, job, say=lambda line: None) -> str:
+        """The job's nvcc (nvcc_for), after installing the wheels of its release into its
+        managed environment when nothing else has that release."""
+        cuda = job.variant.backend_version
+        nvcc = nvcc_for(cuda, job.env)
+        if (nvcc is None or nvcc_version(nvcc) != cuda) and _wheels_would_serve(cuda, is_managed_env(job.env)):
+            nvcc = cuda_wheels.install(job.env, cuda, say)
+        if nvcc is None:
+            raise BuildError(NVCC_MISSING + _wheels_hint(cuda))
+        if cuda_wheels.is_wheel_nvcc(nvcc):
+            cuda_wheels.complete_layout(Path(nvcc).parent.parent, cuda)
+        return nvcc
+
     def compile_spec(self, job) -> CompileSpec:
         manifest, env = job.manifest, job.env
-        nvcc = nvcc_path()
-        if nvcc is None:
-            raise BuildError(NVCC_MISSING)
+        nvcc = self.job_nvcc(job)
         cuda = job.variant.backend_version
         supported = nvcc_architectures(nvcc)
         groups = [binding_group(manifest, CXX_SUFFIXES)]

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A base for kbuild's CPU and CUDA build images made from Debian's packages alone, for
+# machines that reach no image registry (quay.io, Docker Hub) but do reach a Debian mirror
+# and a package index:
+#
+#   docker/offline-base.sh [SUITE]        # bookworm (glibc 2.36, Python 3.11) or bullseye (2.31, 3.9)
+#   kbuild build KERNEL --runner docker --base-image "$(docker/offline-base.sh | tail -n 1)"
+#
+# It debootstraps a minimal SUITE with python3 (venv, headers), g++, git and ca-certificates, imports
+# it into the local engine and prints its tag on the last line. An image of that tag is
+# kept (rerun with KBUILD_REBUILD_BASE=1 to make it again). Needs root, debootstrap and a
+# running Docker engine. The mirror is $KBUILD_DEBIAN_MIRROR, else the one apt uses here.
+# Builds on it meet manylinux_2_<glibc minor> (2_36 on bookworm), not manylinux_2_28: kbuild
+# says so, and `kbuild check` reports the policy each variant meets.
+set -euo pipefail
+
+suite=${1:-bookworm}
+packages=python3,python3-dev,python3-venv,g++,git,ca-certificates
+tag="kbuild-offline-base:${suite}"
+
+die() { echo "offline-base.sh: $*" >&2; exit 1; }
+
+apt_mirror() {  # the first Debian archive apt is configured with (deb822 or one-line sources)
+  local uri
+  uri=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n 1 || true)
+  [ -n "$uri" ] || uri=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+    | awk '{print $2}' | grep -v security | head -n 1 || true)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+command -v docker >/dev/null || die "the docker command is not on PATH"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd, or set DOCKER_HOST)"
+if [ -z "${KBUILD_REBUILD_BASE:-}" ] && docker image inspect "$tag" >/dev/null 2>&1; then
+  echo "$tag"
+  exit 0
+fi
+[ "$(id -u)" = 0 ] || die "debootstrap needs root"
+command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get install debootstrap)"
+
+mirror=${KBUILD_DEBIAN_MIRROR:-$(apt_mirror)}
+rootfs=$(mktemp -d /tmp/kbuild-offline-base.XXXXXX)
+trap 'rm -rf "$rootfs"' EXIT
+echo "debootstrap $suite from $mirror (with $packages) ..." >&2
+debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 \
+  || { tail -n 5 "$rootfs.log" >&2; rm -f "$rootfs.log"; die "debootstrap $suite from $mirror failed"; }
+rm -f "$rootfs.log"
+# What only a package manager run needs: the image never runs apt.
+rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
+tar -C "$rootfs" -c . | docker import \
+  --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  --change 'ENV LANG=C.UTF-8' \
+  --change 'CMD ["/bin/bash"]' \
+  --message "debootstrap --variant=minbase --include=$packages $suite" - "$tag" >/dev/null
+echo "$tag"
