@@ -76,9 +76,14 @@ def variant_row(variant: str | None, backend: str, reason: str | None = None, en
 def judge(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) -> dict:
     """`variant_row` for one variant of the matrix."""
     reason = why_not(manifest, variant, chooser)
-    environment = None if reason else chooser.describe_for(variant)
-    if environment and variant.backend == "cuda" and variant.backend_version is not None:
+    return variant_row(variant.name, variant.backend, reason, None if reason else describe_environment(variant, chooser))
+
+
+def describe_environment(variant: Variant, chooser: EnvChooser) -> str:
+    """Where `variant` builds: its environment, and for CUDA which nvcc."""
+    environment = chooser.describe_for(variant)
+    if variant.backend == "cuda" and variant.backend_version is not None:
         from kernel_builder.compile.backends.cuda import describe_toolkit
 
         environment += f"; {describe_toolkit(variant.backend_version)}"
-    return variant_row(variant.name, variant.backend, reason, environment)
+    return environment

@@ -10,7 +10,7 @@ from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.errors import VariantError
-from kernel_builder.build.host import torch_bounds_reason, variant_row, why_not
+from kernel_builder.build.host import describe_environment, torch_bounds_reason, variant_row, why_not
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.identity import kernel_identity
 from kernel_builder.variants import LEGACY_PYTHON, Kind, Style, Variant, noarch_variant
@@ -33,7 +33,7 @@ class Plan:
 
     def rows(self, chooser: EnvChooser) -> list[dict]:
         """What `kbuild plan` prints: each job with its environment, each skip with its reason."""
-        rows = [variant_row(j.variant.name, j.backend, environment=chooser.describe_for(j.variant)) for j in self.jobs]
+        rows = [variant_row(j.variant.name, j.backend, environment=describe_environment(j.variant, chooser)) for j in self.jobs]
         rows += [variant_row(s.variant, s.backend, s.reason) for s in self.skips]
         rows += [variant_row(None, b, "no variant can be built here; its device code is compiled as a check")
                  for b, _ in self.device_checks]
