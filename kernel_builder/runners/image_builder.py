@@ -129,7 +129,21 @@ def _run(argv: list[str], environment: dict[str, str], tag: str, say: Callable[[
             line = _STEP_PREFIX.sub("", raw.rstrip())
             if line.strip():
                 say(line)
-                tail = (tail + [line])[-5:]
+                tail = (tail + [line])[-_TAIL:]
     if process.returncode != 0:
-        reason = next((line for line in reversed(tail) if "error" in line.lower()), tail[-1] if tail else "no output")
-        raise KbuildError(f"building image {tag} failed: {reason.strip()}")
+        raise KbuildError(f"building image {tag} failed: {failure_reason(tail)}")
+
+
+_TAIL = 60
+# BuildKit's own summary lines, which repeat the failing step's whole command.
+_SUMMARIES = ("ERROR: executor failed", "executor failed", "ERROR: failed to solve", "failed to solve", "------", " > [")
+
+
+def failure_reason(tail: list[str]) -> str:
+    """The line that says why a build failed: the last error the failing step printed
+    (pip's "ERROR: No matching distribution ..."), not BuildKit's summary that repeats the
+    step's command; else BuildKit's own error."""
+    errors = [line.strip() for line in tail if re.match(r"\s*(ERROR|error)\b", line)]
+    own = [line for line in errors if not line.startswith(_SUMMARIES)]
+    chosen = (own or errors or [line.strip() for line in tail] or ["no output"])[-1]
+    return chosen if len(chosen) <= 400 else chosen[:400] + " ..."

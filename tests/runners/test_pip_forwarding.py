@@ -140,3 +140,21 @@ def test_the_cli_that_builds_with_buildkit_is_chosen(tmp_path, monkeypatch):
         chosen("new")
     with pytest.raises(KbuildError, match="needs the docker command"):
         chosen("nothing-here")
+
+
+def test_a_failed_image_build_names_the_steps_own_error():
+    from kernel_builder.runners.image_builder import failure_reason
+
+    tail = [
+        "Looking in indexes: https://pypi.org/simple",
+        "ERROR: Could not find a version that satisfies the requirement torch==2.14.* (from versions: none)",
+        "ERROR: No matching distribution found for torch==2.14.*",
+        "ERROR: executor failed running [/bin/sh -c export PIP_CONFIG_FILE=... && pip install ...]: exit code: 1",
+        "------",
+        " > [stage-0 2/3] RUN --mount=type=secret,id=pip.conf ...",
+        "executor failed running [/bin/sh -c export ...]: exit code: 1",
+    ]
+    assert failure_reason(tail) == "ERROR: No matching distribution found for torch==2.14.*"
+    base_missing = ["ERROR: failed to solve: kbuild-offline-base:nope: not found"]
+    assert failure_reason(base_missing) == base_missing[0]
+    assert failure_reason([]) == "no output"
