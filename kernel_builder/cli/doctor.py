@@ -99,8 +99,12 @@ def _environment_row(e):
 
 
 def _docker_row(d):
+    if d.reachable and d.image_builder_reason:
+        return (STATUS["missing"], "docker", f"engine {d.version or '(version unknown)'} at {d.host}, but "
+                f"{d.image_builder_reason}", None)
     if d.reachable:
-        return (STATUS["ok"], "docker", f"engine {d.version or '(version unknown)'} at {d.host}", None)
+        return (STATUS["ok"], "docker", f"engine {d.version or '(version unknown)'} at {d.host}; "
+                f"images build with `{d.image_builder}` (BuildKit)", None)
     return (STATUS["missing"], "docker", d.reason, d.install)
 
 

@@ -104,6 +104,8 @@ class DockerFinding:
     version: str | None = None  # the engine's
     reason: str | None = None
     install: str | None = None
+    image_builder: str | None = None  # the BuildKit command images are built with
+    image_builder_reason: str | None = None  # why images cannot be built
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,14 @@ def docker_engine(timeout: float = DOCKER_TIMEOUT_S) -> DockerFinding:
         return DockerFinding(False, host, client, reason=reason, install=install)
     if "reason" in outcome:
         return DockerFinding(False, host, client, reason=outcome["reason"], install=install)
-    return DockerFinding(True, host, client, version=outcome.get("version"))
+    from kernel_builder.runners.image_builder import buildkit_cli
+
+    try:
+        builder, builder_reason = " ".join(buildkit_cli().argv), None
+    except KbuildError as e:
+        builder, builder_reason = None, e.message
+    return DockerFinding(True, host, client, version=outcome.get("version"), image_builder=builder,
+                         image_builder_reason=builder_reason)
 
 
 def compiler_cache() -> CompilerCacheFinding:

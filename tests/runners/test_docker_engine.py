@@ -145,3 +145,13 @@ def test_swiglu_cpu_and_cu130_build_in_containers_and_pass_check(engine, base_im
     d = x.shape[-1] // 2
     expected = torch.nn.functional.silu(x[..., :d]) * x[..., d:]
     torch.testing.assert_close(swiglu.silu_and_mul(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_doctor_names_the_engine_and_the_image_builder(engine):
+    from kernel_builder.doctor import checkup
+
+    found = checkup.docker_engine()
+    assert found.reachable and found.version == engine.version()["Version"]
+    # The BuildKit command the image builds run (buildx, or a pre-23 CLI).
+    assert found.image_builder and found.image_builder.split()[1] in ("build", "buildx"), found
+    assert found.image_builder_reason is None
