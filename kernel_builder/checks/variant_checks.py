@@ -236,10 +236,12 @@ def check_abi(folder: Path, variant: Variant | None = None, policy: Policy | Non
                 + portability_advice(version, symbols)
             )
     if findings:
+        failed = _failed("abi", findings)
         if newest_glibc > policy.max_versions.get("GLIBC", ()):
             # Built on a newer glibc (another base image, this machine): say what it does meet.
-            findings.append(f"as built, the variant meets manylinux_{newest_glibc[0]}_{newest_glibc[1]} (glibc {'.'.join(map(str, newest_glibc))})")
-        return _failed("abi", findings)
+            meets = f"as built, the variant meets manylinux_{newest_glibc[0]}_{newest_glibc[1]} (glibc {'.'.join(map(str, newest_glibc))})"
+            failed = CheckResult(failed.check, failed.status, f"{failed.detail}; {meets}", failed.findings)
+        return failed
     limits = ", ".join(f"{name} <= {'.'.join(map(str, v))}" for name, v in policy.max_versions.items())
     return _ok("abi", f"manylinux_2_28: {limits} ({len(libraries)} librar{'y' if len(libraries) == 1 else 'ies'})")
 

@@ -1,6 +1,6 @@
 """CUDA toolkits from NVIDIA's pip wheels: nvcc without a system toolkit.
 
-NVIDIA publishes the CUDA 13 compiler as wheels (`nvidia-cuda-nvcc` 13.0 ... 13.5, with
+NVIDIA publishes the CUDA 13 compiler as wheels (`nvidia-cuda-nvcc` 13.0 ... 13.5, CCCL up to 13.3, with
 `nvidia-cuda-runtime`, `-cccl`, `-crt` for the headers and `nvidia-nvvm` for cicc). They
 install into `site-packages/nvidia/cu13/` a folder laid out like a CUDA_HOME (bin/nvcc,
 nvvm/, include/, lib/), the same folder the CUDA 13 torch wheels put their runtime in, so
@@ -23,13 +23,13 @@ from pathlib import Path
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.errors import BuildError, KbuildError
 
-# The CUDA releases PyPI has the compiler wheels of (nvidia-cuda-nvcc), checked against it.
-WHEEL_RELEASES = tuple((13, minor) for minor in range(0, 6))
+# The CUDA releases PyPI has all five wheels of (nvidia-cuda-cccl stops at 13.3), checked against it.
+WHEEL_RELEASES = tuple((13, minor) for minor in range(0, 4))
 _PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm")
 
 
 def covered() -> str:
-    """'13.0-13.5': the releases this module can install, for messages and docs."""
+    """'13.0-13.3': the releases this module can install, for messages and docs."""
     first, last = WHEEL_RELEASES[0], WHEEL_RELEASES[-1]
     return f"{first[0]}.{first[1]}-{last[0]}.{last[1]}"
 

@@ -22,8 +22,8 @@ def test_requirements_pin_every_wheel_to_the_release():
         "nvidia-cuda-nvcc==13.0.*", "nvidia-cuda-runtime==13.0.*", "nvidia-cuda-cccl==13.0.*",
         "nvidia-cuda-crt==13.0.*", "nvidia-nvvm==13.0.*",
     ]
-    assert cuda_wheels.requirements((13, 5))[0] == "nvidia-cuda-nvcc==13.5.*"
-    with pytest.raises(KbuildError, match=r"no NVIDIA compiler wheels for CUDA 12.8 .*13.0-13.5\): install the CUDA 12.8 toolkit"):
+    assert cuda_wheels.requirements((13, 3))[0] == "nvidia-cuda-nvcc==13.3.*"
+    with pytest.raises(KbuildError, match=r"no NVIDIA compiler wheels for CUDA 12.8 .*13.0-13.3\): install the CUDA 12.8 toolkit"):
         cuda_wheels.requirements((12, 8))
 
 
