@@ -130,7 +130,7 @@ def _docker_tasks(
 ) -> tuple[list[_Task], list[JobResult]]:
     """One container job per requested variant (default: every variant of the matrix the
     kernel admits on this machine's platform); variants without a build image are skipped."""
-    from kernel_builder.runners.docker_images import build_images, glibc_policy, image_for, image_glibc
+    from kernel_builder.runners.docker_images import MANYLINUX_GLIBC, build_images, glibc_policy, image_for, image_glibc
     from kernel_builder.runners.docker import build_in_container, default_compiler_cache_dir
     from kernel_builder.runners.docker_engine import docker_client
 
@@ -153,7 +153,7 @@ def _docker_tasks(
     images, _ = build_images(buildable, client, base_image=base_image, say=say)  # present images are kept
     for built in images:
         glibc = image_glibc(client, built.image.tag)
-        if glibc_policy(glibc) != glibc_policy((0, 0)):  # the base is newer than manylinux_2_28
+        if glibc > MANYLINUX_GLIBC:
             say(f"{built.image.build_args['BASE_IMAGE']} has glibc {glibc[0]}.{glibc[1]}: its builds can meet "
                 f"{glibc_policy(glibc)}, not manylinux_2_28 (`kbuild check` says which each meets)")
     cache_folder = default_compiler_cache_dir(compiler_cache)

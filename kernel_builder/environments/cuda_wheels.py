@@ -90,9 +90,3 @@ def install(env: BuildEnv, cuda: tuple[int, int], say: Callable[[str], None] = l
     if nvcc is None:
         raise BuildError(f"{' '.join(wanted)} installed into {env.python}, but no nvidia/cu{cuda[0]}/bin/nvcc came with them")
     return nvcc
-
-
-def is_wheel_nvcc(nvcc: str) -> bool:
-    """Whether `nvcc` is one from the wheels (site-packages/nvidia/cuN/bin/nvcc)."""
-    path = Path(nvcc)
-    return path.parent.parent.parent.name == "nvidia" and path.parent.parent.name.startswith("cu")

@@ -112,7 +112,7 @@ def default_base_image(arch: str) -> str:
 
 def chosen_base_image(base_image: str | None) -> str | None:
     """--base-image, else $KBUILD_DOCKER_BASE_IMAGE, else None (manylinux_2_28 per arch)."""
-    return base_image or read_environment().docker_base_image or None
+    return base_image or read_environment().docker_base_image
 
 
 def image_for(variant: Variant, matrix: Matrix | None = None, base_image: str | None = None) -> ImageSpec:
@@ -258,9 +258,10 @@ def build_images(
     done = []
     for item in planned:
         # A base remade under the same name (offline-base.sh) is a new input too.
-        base_id = _image_id(client, item.image.build_args["BASE_IMAGE"])
-        existing = None if rebuild else _image_labels(client, item.image.tag)
-        if existing is not None and base_id in (None, existing.get(BASE_ID_LABEL)):
+        base = _local_image(client, item.image.build_args["BASE_IMAGE"])  # None: not pulled yet, the build pulls it
+        base_id = base.id if base else None
+        existing = None if rebuild else _local_image(client, item.image.tag)
+        if existing is not None and base_id in (None, (existing.labels or {}).get(BASE_ID_LABEL)):
             say(f"{item.image.tag}: present")
             done.append(ImageBuild(item.image, item.variants, "present"))
             continue
@@ -274,22 +275,13 @@ def build_images(
 BASE_ID_LABEL = "kbuild.base-id"
 
 
-def _image_labels(client, tag: str) -> dict[str, str] | None:
-    """The labels of the image `tag`; None when the engine has no such image."""
+def _local_image(client, tag: str):
+    """The engine's image `tag`, or None when it has none."""
     from docker.errors import ImageNotFound
 
     try:
-        return client.images.get(tag).labels or {}
+        return client.images.get(tag)
     except ImageNotFound:
-        return None
-
-
-def _image_id(client, tag: str) -> str | None:
-    from docker.errors import ImageNotFound
-
-    try:
-        return client.images.get(tag).id
-    except ImageNotFound:  # not pulled yet: the build pulls it
         return None
 
 

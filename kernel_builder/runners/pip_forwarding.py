@@ -81,7 +81,6 @@ class ForwardedPip:
 
     secrets: dict[str, Path] = field(default_factory=dict)
     proxy_args: dict[str, str] = field(default_factory=dict)
-    served: dict[str, Path] = field(default_factory=dict)  # URL -> host folder served on loopback
 
 
 @contextmanager
@@ -115,7 +114,7 @@ def _translate(key: str, value: str, server: "_FolderServer", forwarded: Forward
         joined.write_text("".join(_read(f, key) + "\n" for f in files))
         return _secret_file("pip-constraints", joined, forwarded, key)
     if key in ("index-url", "extra-index-url", "find-links"):
-        return " ".join(_reachable(v, server, forwarded, index=key != "find-links") for v in value.split())
+        return " ".join(_reachable(v, server, index=key != "find-links") for v in value.split())
     return value
 
 
@@ -133,7 +132,7 @@ def _secret_file(secret_id: str, path: Path, forwarded: ForwardedPip, key: str) 
     return f"{SECRETS_DIR}/{secret_id}"
 
 
-def _reachable(location: str, server: "_FolderServer", forwarded: ForwardedPip, index: bool) -> str:
+def _reachable(location: str, server: "_FolderServer", index: bool) -> str:
     """A URL the build can fetch: remote URLs as they are, a local folder (or file:// URL)
     served on loopback; a local file (a single wheel) through its folder. A local index is
     served from its parent folder: its pages link to files beside it (`simple/x/` links
@@ -148,9 +147,7 @@ def _reachable(location: str, server: "_FolderServer", forwarded: ForwardedPip, 
         folder, name = path.parent, path.name + "/"
     else:
         folder, name = (path, "") if path.is_dir() else (path.parent, path.name)
-    url = server.serve(folder) + name
-    forwarded.served[url] = folder
-    return url
+    return server.serve(folder) + name
 
 
 class _FolderServer:

@@ -53,7 +53,8 @@ def base_image(engine) -> str:
         return os.environ["KBUILD_TEST_BASE_IMAGE"]
     done = subprocess.run([str(REPO / "docker" / "offline-base.sh")], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        pytest.skip(f"no base image: docker/offline-base.sh failed: {done.stderr.strip().splitlines()[-1]}")
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        pytest.skip(f"no base image: docker/offline-base.sh failed: {why}")
     return done.stdout.strip().splitlines()[-1]
 
 

@@ -314,16 +314,16 @@ class CudaBackend(Backend):
                 for c in effective_capabilities(u, cuda, supported)}
         return tuple(sorted(caps, key=lambda c: (parse_version(c), c)))
 
-    def job_nvcc(self, job, say=lambda line: None) -> str:
+    def job_nvcc(self, job) -> str:
         """The job's nvcc (nvcc_for), after installing the wheels of its release into its
         managed environment when nothing else has that release."""
         cuda = job.variant.backend_version
         nvcc = nvcc_for(cuda, job.env)
         if (nvcc is None or nvcc_version(nvcc) != cuda) and _wheels_would_serve(cuda, is_managed_env(job.env)):
-            nvcc = cuda_wheels.install(job.env, cuda, say)
+            nvcc = cuda_wheels.install(job.env, cuda)
         if nvcc is None:
             raise BuildError(NVCC_MISSING + _wheels_hint(cuda))
-        if cuda_wheels.is_wheel_nvcc(nvcc):
+        if nvcc == cuda_wheels.wheel_nvcc(job.env, cuda):
             cuda_wheels.complete_layout(Path(nvcc).parent.parent, cuda)
         return nvcc
 
