@@ -4,9 +4,11 @@ The tests run against an already built kernel: ``kbuild build examples/flash-att
 writes ``build/<variant>/`` next to build.toml, and the ``flash_attn`` fixture imports
 the variant for this system from there (kbuild's loader, else the ``kernels`` one)."""
 
+import os
 import pathlib
 
 import pytest
+import torch
 
 KERNEL_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -33,3 +35,13 @@ def flash_attn(kernel_root):
     if not (kernel_root / "build").is_dir():
         pytest.skip("no build/ folder: run `kbuild build examples/flash-attn` first")
     return load_flash_attn(kernel_root)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_device():
+    """KERNEL_TEST_DEVICE=cuda (or another torch device) runs the tests with their
+    tensors there: it becomes torch's default device (benchmarks/gpu/run.sh uses it)."""
+    device = os.environ.get("KERNEL_TEST_DEVICE", "cpu")
+    torch.set_default_device(device)
+    yield device
+    torch.set_default_device(None)

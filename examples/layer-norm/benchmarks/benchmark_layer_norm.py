@@ -1,13 +1,15 @@
-"""Kernel vs PyTorch eager vs a plain copy of the same bytes, side by side, in one run.
+"""Kernel vs PyTorch eager vs torch.compile vs a plain copy of the same bytes, side by
+side, in one run.
 
     kbuild build examples/layer-norm
     python examples/layer-norm/benchmarks/benchmark_layer_norm.py [--threads N]
         [--dtypes fp32 bf16] [--tokens 2048 8192] [--hidden 2048 4096] [--reps 15]
         [--backward] [--device cpu|cuda]
 
-For every op, dtype and shape, the kernel, its eager reference and a plain
-copy run in alternation (interleaved repetitions, so that a noisy neighbour
-slows all three), and the medians are compared. All are charged the bytes the
+For every op, dtype and shape, the kernel, its eager reference, the same
+expression under ``torch.compile`` (its generated kernels; compiled once
+before timing) and a plain copy run in alternation (interleaved repetitions,
+so that a noisy neighbour slows them all), and the medians are compared. All are charged the bytes the
 fused op must move (each input read once, each output written once) for the
 GB/s columns. All allocate their outputs, as a caller would.
 
@@ -18,6 +20,10 @@ silu_and_mul, ``x + dy`` for a backward. It is what memory allows: "ceiling"
 its outputs once can gain over eager here. (A kernel can still beat it where
 it allocates more cheaply than a clone: the CPU ops advise huge pages for
 large outputs, see layer_norm_cpu/.)
+
+"stream GB/s" is the memory system's own speed over x's bytes, measured
+before each shape: ``out.copy_(x)`` into a preallocated tensor (no allocation,
+no page faults). "% stream" is the kernel's GB/s as a share of it.
 
 References (what the layers replace):
 - rms_norm: the LlamaRMSNorm expression (fp32 upcast, pow, mean, rsqrt,
@@ -85,8 +91,24 @@ def bench_interleaved(fns, reps, device):
     return [statistics.median(t) for t in times]
 
 
+def compiled(fn):
+    """torch.compile's generated kernel for the eager expression `fn` (a fresh one per
+    case, so that no recompilation limit is reached across shapes and dtypes)."""
+    return torch.compile(fn, dynamic=False)
+
+
+def stream_copy_rate(x, reps, device):
+    """Bytes per second of ``out.copy_(x)`` into a preallocated tensor, counting the bytes
+    read and written: the memory system's speed for a plain stream over x's bytes (no
+    allocation, no first-touch page faults, no arithmetic)."""
+    out = torch.empty_like(x)
+    (seconds,) = bench_interleaved([lambda: out.copy_(x)], reps, device)
+    return 2 * x.numel() * x.element_size() / seconds
+
+
 def cases(ln, x, w, b, r, g, eps, backward):
-    """(name, kernel fn, reference fn, copy fn, bytes moved) for one shape and dtype."""
+    """(name, kernel fn, reference fn, compiled reference fn, copy fn, bytes moved) for one
+    shape and dtype."""
     es = x.element_size()
     nbytes = x.numel() * es
     wb = w.numel() * es
@@ -97,6 +119,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
             "rms_norm",
             lambda: ln.rms_norm(x, w, eps),
             lambda: llama_rms_norm(x, w, eps),
+            compiled(lambda: llama_rms_norm(x, w, eps)),
             copy1,
             2 * nbytes + wb,
         )
@@ -104,6 +127,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
             "layer_norm",
             lambda: ln.layer_norm(x, w, b, eps),
             lambda: F.layer_norm(x, x.shape[-1:], w, b, eps),
+            compiled(lambda: F.layer_norm(x, x.shape[-1:], w, b, eps)),
             copy1,
             2 * nbytes + 2 * wb,
         )
@@ -111,6 +135,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
             "add+rms_norm",
             lambda: ln.rms_norm(x, w, eps, residual=r),
             lambda: prenorm(lambda s: llama_rms_norm(s, w, eps), x, r),
+            compiled(lambda: prenorm(lambda s: llama_rms_norm(s, w, eps), x, r)),
             copy2,
             4 * nbytes + wb,
         )
@@ -118,6 +143,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
             "add+layer_norm",
             lambda: ln.layer_norm(x, w, b, eps, residual=r),
             lambda: prenorm(lambda s: F.layer_norm(s, s.shape[-1:], w, b, eps), x, r),
+            compiled(lambda: prenorm(lambda s: F.layer_norm(s, s.shape[-1:], w, b, eps), x, r)),
             copy2,
             4 * nbytes + 2 * wb,
         )
@@ -126,6 +152,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
             "silu_and_mul",
             lambda: ln.silu_and_mul(g),
             lambda: F.silu(g[..., :d]) * g[..., d:],
+            compiled(lambda: F.silu(g[..., :d]) * g[..., d:]),
             lambda: g[..., :d] + g[..., d:],
             g.numel() * es * 3 // 2,
         )
@@ -151,6 +178,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
         "rms_norm bwd",
         backward_of(lambda: ln.rms_norm(xg, wg, eps)),
         backward_of(lambda: llama_rms_norm(xg, wg, eps)),
+        backward_of(compiled(lambda: llama_rms_norm(xg, wg, eps))),
         copy3,
         moved,
     )
@@ -158,6 +186,7 @@ def cases(ln, x, w, b, r, g, eps, backward):
         "layer_norm bwd",
         backward_of(lambda: ln.layer_norm(xg, wg, bg, eps)),
         backward_of(lambda: F.layer_norm(xg, xg.shape[-1:], wg, bg, eps)),
+        backward_of(compiled(lambda: F.layer_norm(xg, xg.shape[-1:], wg, bg, eps))),
         copy3,
         moved,
     )
@@ -184,7 +213,8 @@ def main() -> int:
     )
     header = (
         f"{'op':<16}{'dtype':<6}{'shape':>14}  {'kernel ms':>10}{'GB/s':>7}  {'eager ms':>10}{'GB/s':>7}  "
-        f"{'speedup':>8}  {'copy ms':>9}{'GB/s':>7}  {'ceiling':>8}"
+        f"{'speedup':>8}  {'compile ms':>10}{'speedup':>8}  {'copy ms':>9}{'GB/s':>7}  {'ceiling':>8}"
+        f"  {'stream GB/s':>11}{'% stream':>9}"
     )
     print(header)
     print("-" * len(header))
@@ -198,13 +228,17 @@ def main() -> int:
                 w = torch.randn(hidden, dtype=dtype, device=device)
                 b = torch.randn(hidden, dtype=dtype, device=device)
                 g = torch.randn(tokens, 2 * hidden, dtype=dtype, device=device)
-                for name, ours, ref, copy, moved in cases(ln, x, w, b, r, g, 1e-6, args.backward):
-                    t_ours, t_ref, t_copy = bench_interleaved([ours, ref, copy], args.reps, device)
+                stream = stream_copy_rate(x, args.reps, device)
+                for name, ours, ref, comp, copy, moved in cases(ln, x, w, b, r, g, 1e-6, args.backward):
+                    t_ours, t_ref, t_comp, t_copy = bench_interleaved([ours, ref, comp, copy], args.reps, device)
                     shape = f"{tokens}x{hidden}"
+                    rate = moved / t_ours / 1e9
                     print(
-                        f"{name:<16}{dname:<6}{shape:>14}  {t_ours * 1e3:>10.3f}{moved / t_ours / 1e9:>7.1f}  "
+                        f"{name:<16}{dname:<6}{shape:>14}  {t_ours * 1e3:>10.3f}{rate:>7.1f}  "
                         f"{t_ref * 1e3:>10.3f}{moved / t_ref / 1e9:>7.1f}  {t_ref / t_ours:>7.2f}x  "
-                        f"{t_copy * 1e3:>9.3f}{moved / t_copy / 1e9:>7.1f}  {t_ref / t_copy:>7.2f}x",
+                        f"{t_comp * 1e3:>10.3f}{t_comp / t_ours:>7.2f}x  "
+                        f"{t_copy * 1e3:>9.3f}{moved / t_copy / 1e9:>7.1f}  {t_ref / t_copy:>7.2f}x"
+                        f"  {stream / 1e9:>11.1f}{rate * 1e9 / stream * 100:>8.0f}%",
                         flush=True,
                     )
                 del x, r, w, b, g

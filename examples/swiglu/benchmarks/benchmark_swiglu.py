@@ -6,7 +6,8 @@
 
 For each op, dtype and (tokens, d) shape, the kernel and the eager reference
 run interleaved (kernel, eager, kernel, ...), each call timed on its own, and
-the medians are compared:
+the medians are compared (with ``torch.compile`` of the same eager expression
+too, its generated kernel compiled in the warm-up):
 
 * forward: ``swiglu.<op>(x)`` against ``act(x[..., :d]) * x[..., d:]`` with
   ``act`` = ``F.silu``, ``F.gelu`` or ``F.gelu(approximate="tanh")``. Both
@@ -24,6 +25,9 @@ the medians are compared:
 GB/s counts the bytes the fused op must move (forward: the (tokens, 2d) input
 read once, the (tokens, d) output written once; backward: input and grad_out
 read, grad_input written), for both columns, so that they compare directly.
+"stream GB/s" is ``out.copy_(x)`` into a preallocated tensor over the input's
+bytes (read and written), measured before each shape: the memory system's own
+speed; "% stream" is the kernel's GB/s as a share of it.
 """
 
 import argparse
@@ -70,6 +74,24 @@ def interleaved_medians(fns: dict, repeats: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def stream_copy_rate(x: torch.Tensor, repeats: int) -> float:
+    """Bytes per second of ``out.copy_(x)`` into a preallocated tensor, counting the bytes
+    read and written: the memory system's speed for a plain stream (no allocation, no
+    first-touch page faults, no arithmetic)."""
+    out = torch.empty_like(x)
+    return 2 * x.numel() * x.element_size() / interleaved_medians({"copy": lambda: out.copy_(x)}, repeats)["copy"]
+
+
+def row(op: str, dtype_name: str, tokens: int, d: int, t: dict, moved: float, stream: float) -> str:
+    rate = moved / t["kernel"]
+    return (
+        f"{op:<26} {dtype_name:<5} {tokens:>6} {d:>6} {t['kernel'] * 1e3:>10.2f} {t['eager'] * 1e3:>9.2f}"
+        f" {t['eager'] / t['kernel']:>5.2f}x {t['compile'] * 1e3:>10.2f} {t['compile'] / t['kernel']:>5.2f}x"
+        f" {rate / 1e9:>11.1f} {moved / t['eager'] / 1e9:>10.1f} {t['out'] * 1e3:>8.2f}"
+        f" {stream / 1e9:>11.1f} {rate / stream * 100:>7.0f}%"
+    )
+
+
 def parse_shape(text: str) -> tuple:
     tokens, d = text.lower().split("x")
     return int(tokens), int(d)
@@ -95,7 +117,8 @@ def main() -> None:
     print("allocation: " + ", ".join(f"{k}={v or '(unset)'}" for k, v in flags.items()))
     header = (
         f"{'op':<26} {'dtype':<5} {'tokens':>6} {'d':>6} {'kernel ms':>10} {'eager ms':>9} {'ratio':>6}"
-        f" {'kernel GB/s':>11} {'eager GB/s':>10} {'out= ms':>8}"
+        f" {'compile ms':>10} {'ratio':>6} {'kernel GB/s':>11} {'eager GB/s':>10} {'out= ms':>8}"
+        f" {'stream GB/s':>11} {'% stream':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -113,37 +136,34 @@ def main() -> None:
                 kernel = getattr(swiglu, op)
                 torch.testing.assert_close(kernel(x), eager(), rtol=2e-2, atol=2e-2)
                 out = torch.empty(tokens, d, dtype=dtype)
+                stream = stream_copy_rate(x, args.repeats)
+                compiled = torch.compile(eager, dynamic=False)  # its generated kernel, compiled in the warm-up
                 t = interleaved_medians(
-                    {"kernel": lambda: kernel(x), "eager": eager, "out": lambda: kernel(x, out=out)}, args.repeats
+                    {"kernel": lambda: kernel(x), "eager": eager, "compile": compiled, "out": lambda: kernel(x, out=out)},
+                    args.repeats,
                 )
                 moved = x.numel() * x.element_size() * 3 / 2
-                print(
-                    f"{op:<26} {dtype_name:<5} {tokens:>6} {d:>6} {t['kernel'] * 1e3:>10.2f} {t['eager'] * 1e3:>9.2f}"
-                    f" {t['eager'] / t['kernel']:>5.2f}x {moved / t['kernel'] / 1e9:>11.1f}"
-                    f" {moved / t['eager'] / 1e9:>10.1f} {t['out'] * 1e3:>8.2f}"
-                )
+                print(row(op, dtype_name, tokens, d, t, moved, stream))
                 if args.backward:
                     backward_op = getattr(swiglu.ops, op + "_backward")
                     grad_out = torch.randn(tokens, d).to(dtype)
                     xr = x.detach().requires_grad_()
                     y = act(xr[..., :d]) * xr[..., d:]
+                    y_compiled = torch.compile(lambda: act(xr[..., :d]) * xr[..., d:], dynamic=False)()
                     grad_input = torch.empty_like(x)
                     t = interleaved_medians(
                         {
                             # A fresh gradient, allocated as the autograd backward does.
                             "kernel": lambda: backward_op(new_result(x.shape), grad_out, x),
                             "eager": lambda: torch.autograd.grad(y, xr, grad_out, retain_graph=True),
+                            "compile": lambda: torch.autograd.grad(y_compiled, xr, grad_out, retain_graph=True),
                             "out": lambda: backward_op(grad_input, grad_out, x),
                         },
                         args.repeats,
                     )
                     moved = x.numel() * x.element_size() * 5 / 2
-                    print(
-                        f"{op + '_backward':<26} {dtype_name:<5} {tokens:>6} {d:>6} {t['kernel'] * 1e3:>10.2f}"
-                        f" {t['eager'] * 1e3:>9.2f} {t['eager'] / t['kernel']:>5.2f}x"
-                        f" {moved / t['kernel'] / 1e9:>11.1f} {moved / t['eager'] / 1e9:>10.1f} {t['out'] * 1e3:>8.2f}"
-                    )
-                    del y, xr, grad_out, grad_input
+                    print(row(op + "_backward", dtype_name, tokens, d, t, moved, stream))
+                    del y, y_compiled, xr, grad_out, grad_input
                 del x, out
 
 

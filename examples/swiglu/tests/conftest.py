@@ -5,9 +5,11 @@ writes ``build/<variant>/`` next to build.toml, and the ``swiglu`` fixture
 imports the variant for this system from there.
 """
 
+import os
 import pathlib
 
 import pytest
+import torch
 
 KERNEL_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -36,3 +38,13 @@ def swiglu(kernel_root):
     if not (kernel_root / "build").is_dir():
         pytest.skip("no build/ folder: run `kbuild build examples/swiglu` first")
     return load_swiglu(kernel_root)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_device():
+    """KERNEL_TEST_DEVICE=cuda (or another torch device) runs the tests with their
+    tensors there: it becomes torch's default device (benchmarks/gpu/run.sh uses it)."""
+    device = os.environ.get("KERNEL_TEST_DEVICE", "cpu")
+    torch.set_default_device(device)
+    yield device
+    torch.set_default_device(None)
