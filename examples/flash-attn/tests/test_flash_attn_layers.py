@@ -106,7 +106,7 @@ def test_flash_attention_forward_refuses_masks_it_cannot_compute(flash_attn):
 
 
 @pytest.fixture()
-def kernelized(flash_attn, kernel_root, model):
+def kernelized(flash_attn, kernel_root, model, test_device):
     """The model's attention modules as a hub-kernel class, kernelized with the layer."""
 
     @kernels.use_kernel_forward_from_hub("LlamaAttention")
@@ -118,10 +118,10 @@ def kernelized(flash_attn, kernel_root, model):
         if type(module) is LlamaAttention:
             originals[module] = module.forward
             module.__class__ = HubLlamaAttention
-    mapping = {"LlamaAttention": {"cpu": kernels.LocalLayerRepository(pathlib.Path(kernel_root), layer_name="LlamaAttention")}}
+    mapping = {"LlamaAttention": {test_device: kernels.LocalLayerRepository(pathlib.Path(kernel_root), layer_name="LlamaAttention")}}
     with kernels.use_kernel_mapping(mapping, inherit_mapping=False):
         # TRAINING: kernels only takes layers with has_backward (the CPU build has one).
-        kernels.kernelize(model, mode=kernels.Mode.TRAINING, device="cpu")
+        kernels.kernelize(model, mode=kernels.Mode.TRAINING, device=test_device)
     # kernels binds the layer's forward on each instance; popping it restores the original.
     replaced = [m for m in originals if "forward" in vars(m) and m.forward.__func__ is not LlamaAttention.forward]
     assert len(replaced) == len(originals) == 2

@@ -252,7 +252,7 @@ def test_rms_norm_mlp_with_linear_subclass(ln):
 # ---- through the kernels package -----------------------------------------------------------
 
 
-def test_kernelize_rms_norm_and_layer_norm(ln, kernel_root):
+def test_kernelize_rms_norm_and_layer_norm(ln, kernel_root, test_device):
     kernels = pytest.importorskip("kernels")
 
     @kernels.use_kernel_forward_from_hub("RMSNorm")
@@ -268,11 +268,11 @@ def test_kernelize_rms_norm_and_layer_norm(ln, kernel_root):
     x = torch.randn(4, 48)
     expected = model(x)
     mapping = {
-        name: {"cpu": kernels.LocalLayerRepository(repo_path=kernel_root, layer_name=name)}
+        name: {test_device: kernels.LocalLayerRepository(repo_path=kernel_root, layer_name=name)}
         for name in ("RMSNorm", "LayerNorm")
     }
     with kernels.use_kernel_mapping(mapping, inherit_mapping=False):
-        kernels.kernelize(model, mode=kernels.Mode.TRAINING, device="cpu", use_fallback=False)
+        kernels.kernelize(model, mode=kernels.Mode.TRAINING, device=test_device, use_fallback=False)
     assert model[0].forward.__func__ is not LlamaRMSNorm.forward
     assert model[2].forward.__func__ is not nn.LayerNorm.forward
     got = model(x)

@@ -216,7 +216,7 @@ def test_llama_mlp_with_linear_subclass(swiglu):
 
 
 @pytest.mark.parametrize("mode", ["INFERENCE", "TRAINING"])
-def test_kernelize_llama_mlp(swiglu, kernel_root, mode):
+def test_kernelize_llama_mlp(swiglu, kernel_root, mode, test_device):
     """End to end through kernels.kernelize with a local layer repository."""
     kernels = pytest.importorskip("kernels")
 
@@ -228,9 +228,9 @@ def test_kernelize_llama_mlp(swiglu, kernel_root, mode):
     model = nn.Sequential(HubLlamaMLP(48, 100), HubLlamaMLP(48, 100, act_fn=nn.GELU(approximate="tanh")))
     x = torch.randn(4, 48)
     expected = model(x)
-    mapping = {"LlamaMLP": {"cpu": kernels.LocalLayerRepository(repo_path=kernel_root, layer_name="LlamaMLP")}}
+    mapping = {"LlamaMLP": {test_device: kernels.LocalLayerRepository(repo_path=kernel_root, layer_name="LlamaMLP")}}
     with kernels.use_kernel_mapping(mapping, inherit_mapping=False):
-        kernels.kernelize(model, mode=getattr(kernels.Mode, mode), device="cpu", use_fallback=False)
+        kernels.kernelize(model, mode=getattr(kernels.Mode, mode), device=test_device, use_fallback=False)
     assert all(m.forward.__func__ is not RefLlamaMLP.forward for m in model)
     if mode == "INFERENCE":
         with torch.inference_mode():
