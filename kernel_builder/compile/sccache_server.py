@@ -53,6 +53,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    """Whether a server answers on `port` (asked without sccache's client, which would start one)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def _run(path: str, port: int, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environment = dict(os.environ if env is None else env)
     environment.pop("SCCACHE_SERVER_UDS", None)  # it would win over the port
@@ -92,7 +101,9 @@ def _stop_leftovers() -> None:
 
 
 def read_counts(path: str, port: int) -> Counts | None:
-    """The server's statistics, or None when it does not answer."""
+    """The server's statistics, or None when none runs there."""
+    if not listening(port):
+        return None
     try:
         result = _run(path, port, "--show-stats", "--stats-format=json")
         data = json.loads(result.stdout)
@@ -127,7 +138,7 @@ def join_shared_server(path: str, work_dir: Path, settings: dict[str, str]) -> d
     key = (path, tuple(sorted(settings.items())))
     with _lock:
         port = _shared.get(key)
-    if port is None or read_counts(path, port) is None:
+    if port is None or not listening(port):
         port = start_server(path, settings)
         with _lock:
             _shared[key] = port
