@@ -53,7 +53,7 @@ class BuildReport:
     def to_json(self) -> dict:
         totals = self.cache_totals()
         location, distributed = self.cache_sources()
-        return {
+        report = {
             "kernel": self.kernel,
             "out": str(self.out_dir),
             "ok": self.ok,
@@ -62,7 +62,9 @@ class BuildReport:
             "counts": {s: self.count(s) for s in (BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED)},
             "compiler_cache": None if totals is None else {
                 "tool": totals[0], "hits": totals[1], "compiles": totals[2], "hit_rate": round(totals[1] / totals[2], 3),
-                "location": location, "distributed": distributed,
             },
             "jobs": [r.to_json() for r in self.results],
         }
+        if totals is not None and (location or distributed):  # sccache's remote cache, sccache-dist
+            report["compiler_cache"] |= {"location": location, "distributed": distributed}
+        return report

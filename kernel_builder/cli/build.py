@@ -130,15 +130,15 @@ def build(
 
     console = _console(stderr=True)
     say = (lambda message: None) if as_json else (lambda message: console.print(escape(message)))
-    cache_choice = BuildOptions.cache_choice(compiler_cache, compiler_cache_tool, dist_scheduler, dist_token, dist_fallback_local)
     options = BuildOptions(  # bad flag values fail here, before any work
         variants=tuple(variant or ()), matrix=matrix, shard=shard, variant_names=variant_names, out=out,
         env=env, create_env=create_env, torch_index=torch_index, jobs=jobs, max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads, compiler_cache=cache_choice, fail_fast=fail_fast,
+        nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, compiler_cache_tool=compiler_cache_tool,
+        dist_scheduler=dist_scheduler, dist_token=dist_token, dist_fallback_local=dist_fallback_local, fail_fast=fail_fast,
         import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image,
     )
     compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
-    cache = find_compiler_cache(cache_choice)  # and a compiler cache (or scheduler) that was asked for but is missing
+    cache = find_compiler_cache(options.compiler_cache)  # and a compiler cache (or scheduler) that was asked for but is missing
     if cache and cache.dist_problem:
         console.print(f"[yellow]warning[/] {escape(cache.dist_problem)}: compiling here (--dist-fallback-local)")
     manifest, report = build_kernel(

@@ -163,10 +163,10 @@ def test_a_fresh_work_tree_compiles_nothing_with_a_warm_cache(tmp_path, monkeypa
     work_tree = next((tmp_path / "first" / "work").glob(f"*/{VARIANT}"))
     compiles = len(json.loads((work_tree / "build" / "compile_commands.json").read_text()))
     assert compiles >= 2  # the binding and the unit
-    assert cold["status"] == "built" and cold["compiler_cache"] == {"tool": "ccache", "hits": 0, "misses": compiles}
+    assert cold["status"] == "built" and cold["compiler_cache"] == {"tool": "ccache", "hits": 0, "misses": compiles, "location": "", "distributed": 0}
 
     warm = build("second", "B")
-    assert warm["status"] == "built" and warm["compiler_cache"] == {"tool": "ccache", "hits": compiles, "misses": 0}
+    assert warm["status"] == "built" and warm["compiler_cache"] == {"tool": "ccache", "hits": compiles, "misses": 0, "location": "", "distributed": 0}
     assert warm["seconds"] < cold["seconds"]
 
     # The launcher going away is no reason to rebuild: the input hash does not include it.
