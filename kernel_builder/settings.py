@@ -12,7 +12,12 @@ variables, by what they set:
 - `KBUILD_COMPILER_CACHE`: `ccache`, `sccache` or `none` (unset or `auto`: whichever is
   installed); `--compiler-cache/--no-compiler-cache` overrides it.
 - `CCACHE_DIR`, `SCCACHE_DIR`: the compiler cache's folder (else one in kbuild's cache);
-  `CCACHE_BASEDIR`: the user's own base folder for ccache's relative paths.
+  `CCACHE_BASEDIR`: the user's own base folder for ccache's relative paths. sccache's own
+  SCCACHE_* variables (a remote backend: kernel_builder.compile.remote_cache) reach the
+  sccache server kbuild starts unchanged.
+- `KBUILD_DIST_SCHEDULER`, `KBUILD_DIST_TOKEN`, `KBUILD_DIST_TOOLCHAINS`: an sccache-dist
+  scheduler's URL, its client token and prepackaged toolchains (kernel_builder.compile.
+  dist_compile); `--dist-scheduler`, `--dist-token` override the first two.
 - `MAX_JOBS`, `NVCC_THREADS` (torch's names): parallel compiles within one job and nvcc's
   --threads; `--max-jobs`, `--nvcc-threads` override them.
 - `KBUILD_DOCKER_BASE_IMAGE`: the base of the build images of `--runner docker` when no
@@ -47,6 +52,10 @@ COMPILER_CACHE = "KBUILD_COMPILER_CACHE"
 CCACHE_DIR = "CCACHE_DIR"
 SCCACHE_DIR = "SCCACHE_DIR"
 CCACHE_BASEDIR = "CCACHE_BASEDIR"
+SCCACHE_BASEDIRS = "SCCACHE_BASEDIRS"
+DIST_SCHEDULER = "KBUILD_DIST_SCHEDULER"
+DIST_TOKEN = "KBUILD_DIST_TOKEN"
+DIST_TOOLCHAINS = "KBUILD_DIST_TOOLCHAINS"
 MAX_JOBS = "MAX_JOBS"
 NVCC_THREADS = "NVCC_THREADS"
 CI_INSTALL = "KBUILD_CI_INSTALL"
@@ -83,6 +92,10 @@ class KbuildEnvironment:
     ccache_dir: Path | None = None
     sccache_dir: Path | None = None
     ccache_basedir: str | None = None
+    sccache_basedirs: str = ""  # SCCACHE_BASEDIRS: the user's own, kept beside kbuild's
+    dist_scheduler: str | None = None
+    dist_token: str | None = None
+    dist_toolchains: str | None = None
     compiler_cache_text: str = ""  # KBUILD_COMPILER_CACHE, lower-cased: see `compiler_cache`
     max_jobs_text: str = ""
     nvcc_threads_text: str = ""
@@ -131,6 +144,10 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         ccache_dir=path(CCACHE_DIR),
         sccache_dir=path(SCCACHE_DIR),
         ccache_basedir=text(CCACHE_BASEDIR),
+        sccache_basedirs=environ.get(SCCACHE_BASEDIRS, ""),
+        dist_scheduler=text(DIST_SCHEDULER),
+        dist_token=text(DIST_TOKEN),
+        dist_toolchains=text(DIST_TOOLCHAINS),
         compiler_cache_text=environ.get(COMPILER_CACHE, "").strip().lower(),
         max_jobs_text=environ.get(MAX_JOBS, ""),
         nvcc_threads_text=environ.get(NVCC_THREADS, ""),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from kernel_builder.compile.compiler_cache import CacheRequest
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import UsageError, VariantError
 from kernel_builder.runners import RUNNERS
@@ -49,7 +50,13 @@ class BuildOptions:
     jobs: int | None = None
     max_jobs: int | None = None
     nvcc_threads: int | None = None
-    compiler_cache: bool | None = None  # --compiler-cache: None uses one when installed
+    # --compiler-cache/--no-compiler-cache (None uses one when installed); made a
+    # CacheRequest of the four below when --compiler-cache-tool or --dist-scheduler is given.
+    compiler_cache: bool | CacheRequest | None = None
+    compiler_cache_tool: str | None = None  # --compiler-cache-tool: ccache or sccache
+    dist_scheduler: str | None = None  # --dist-scheduler: an sccache-dist scheduler's URL
+    dist_token: str | None = None  # --dist-token: its client token
+    dist_fallback_local: bool = False  # --dist-fallback-local: compile here when it does not answer
     fail_fast: bool = False  # --fail-fast: start no job once one failed
     import_check: bool = True  # --import-check: import each new variant before installing it
     strict_abi: bool = False  # --strict-abi: symbol versions beyond manylinux_2_28 fail a variant
@@ -66,8 +73,23 @@ class BuildOptions:
             Style.parse(self.variant_names)
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
+        object.__setattr__(self, "compiler_cache", self._cache_choice())
+        if isinstance(self.compiler_cache, CacheRequest) and self.runner != "local":
+            raise UsageError("--compiler-cache-tool and --dist-scheduler choose the local runner's compiler cache "
+                             "(the docker runner's builds use ccache): drop them or use --runner local")
         if self.base_image is not None and self.runner != "docker":
             raise UsageError("--base-image is the base of the docker runner's images: add --runner docker")
+
+    def _cache_choice(self) -> bool | CacheRequest | None:
+        if self.compiler_cache_tool is None and self.dist_scheduler is None:
+            if self.dist_token is not None or self.dist_fallback_local:
+                raise UsageError("--dist-token and --dist-fallback-local go with --dist-scheduler URL")
+            return self.compiler_cache
+        if self.compiler_cache is False:
+            raise UsageError("--no-compiler-cache turns sccache off: drop it to use --compiler-cache-tool or --dist-scheduler")
+        if isinstance(self.compiler_cache, CacheRequest):
+            return self.compiler_cache
+        return CacheRequest(self.compiler_cache_tool, self.dist_scheduler, self.dist_token, self.dist_fallback_local)
 
     def env_chooser(self, say: Callable[[str], None] = lambda message: None) -> EnvChooser:
         """The build environments these options ask for (probes --env); `say` hears of

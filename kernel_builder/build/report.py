@@ -31,6 +31,13 @@ class BuildReport:
             return None
         return stats[0].tool, sum(s.hits for s in stats), sum(s.hits + s.misses for s in stats)
 
+    def cache_sources(self) -> tuple[str, int]:
+        """(where the hits came from: the jobs' cache locations, sccache's remote one included;
+        compiles that sccache-dist build servers ran)."""
+        stats = [r.compiler_cache for r in self.results if r.compiler_cache]
+        locations = dict.fromkeys(s.location for s in stats if s.location)
+        return "; ".join(locations), sum(s.distributed for s in stats)
+
     def summary_line(self) -> str:
         counts = ", ".join(f"{self.count(s)} {s}" for s in (BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED) if self.count(s))
         line = f"{self.kernel}: {counts or 'no jobs'} in {self.seconds:.1f} s ({self.concurrent} at once)"
@@ -38,11 +45,15 @@ class BuildReport:
         if totals:
             tool, hits, compiles = totals
             line += f"; {tool} {hits}/{compiles} compiles from cache ({100 * hits / compiles:.0f}%)"
+            location, distributed = self.cache_sources()
+            line += f" at {location}" if location else ""
+            line += f", {distributed} compiled by sccache-dist" if distributed else ""
         return line
 
     def to_json(self) -> dict:
         totals = self.cache_totals()
-        return {
+        location, distributed = self.cache_sources()
+        report = {
             "kernel": self.kernel,
             "out": str(self.out_dir),
             "ok": self.ok,
@@ -54,3 +65,6 @@ class BuildReport:
             },
             "jobs": [r.to_json() for r in self.results],
         }
+        if totals is not None and (location or distributed):  # sccache's remote cache, sccache-dist
+            report["compiler_cache"] |= {"location": location, "distributed": distributed}
+        return report

@@ -102,6 +102,21 @@ def build(
         None, "--compiler-cache/--no-compiler-cache",
         help="Launch compiles through ccache or sccache (default: when installed; KBUILD_COMPILER_CACHE=ccache|sccache|none).",
     ),
+    compiler_cache_tool: Optional[str] = typer.Option(
+        None, "--compiler-cache-tool", metavar="TOOL",
+        help="ccache or sccache (implies --compiler-cache). sccache uses the remote cache its SCCACHE_* variables set "
+        "(e.g. SCCACHE_REDIS_ENDPOINT, SCCACHE_BUCKET, SCCACHE_GHA_ENABLED) and reports remote hits per job.",
+    ),
+    dist_scheduler: Optional[str] = typer.Option(
+        None, "--dist-scheduler", metavar="URL",
+        help="Send compiles to this sccache-dist scheduler (implies sccache; default: $KBUILD_DIST_SCHEDULER).",
+    ),
+    dist_token: Optional[str] = typer.Option(
+        None, "--dist-token", help="The scheduler's client token (default: $KBUILD_DIST_TOKEN).",
+    ),
+    dist_fallback_local: bool = typer.Option(
+        False, "--dist-fallback-local", help="Compile here when the --dist-scheduler does not answer (default: fail).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report (every job, its checks, cache hits) on stdout."),
 ) -> None:
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
@@ -118,11 +133,14 @@ def build(
     options = BuildOptions(  # bad flag values fail here, before any work
         variants=tuple(variant or ()), matrix=matrix, shard=shard, variant_names=variant_names, out=out,
         env=env, create_env=create_env, torch_index=torch_index, jobs=jobs, max_jobs=max_jobs,
-        nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, fail_fast=fail_fast,
+        nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, compiler_cache_tool=compiler_cache_tool,
+        dist_scheduler=dist_scheduler, dist_token=dist_token, dist_fallback_local=dist_fallback_local, fail_fast=fail_fast,
         import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image,
     )
     compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
-    find_compiler_cache(compiler_cache)  # and a compiler cache that was asked for but is missing
+    cache = find_compiler_cache(options.compiler_cache)  # and a compiler cache (or scheduler) that was asked for but is missing
+    if cache and cache.dist_problem:
+        console.print(f"[yellow]warning[/] {escape(cache.dist_problem)}: compiling here (--dist-fallback-local)")
     manifest, report = build_kernel(
         kernel_dir, options, chooser=options.env_chooser(say), progress=progress_for(console, quiet=as_json),
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too

@@ -54,6 +54,12 @@ def github(
         help="BACKEND=LABEL (repeatable): also test that backend's variants on self-hosted runners with this label.",
     ),
     build_timeout: int = typer.Option(180, "--build-timeout", help="Minutes a build job may run (1 to 360)."),
+    shared_cache: str = typer.Option(
+        "gha", "--shared-cache",
+        help="One sccache cache for every build job: gha (the GitHub Actions cache), redis (secret SCCACHE_REDIS_ENDPOINT), "
+        "s3 (variables SCCACHE_BUCKET, SCCACHE_REGION, SCCACHE_ENDPOINT; AWS secrets); these build on the runner. "
+        "none: build in kbuild's images, each job's ccache in actions/cache.",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing workflow."),
 ) -> None:
     """Write .github/workflows/kbuild.yml: plan, build every variant in the build images, test, publish tags v*.*.*."""
@@ -74,6 +80,7 @@ def github(
         install=install,
         gpu_runners=_parse_gpu_runners(gpu_runner or []),
         build_timeout=build_timeout,
+        shared_cache=shared_cache,
     )
     from kernel_builder.kernel.manifest import load_manifest
 

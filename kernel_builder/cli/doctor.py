@@ -114,7 +114,10 @@ def _cache_row(c):
     from kernel_builder.formatting import human_size
 
     size = f", {human_size(c.size_bytes)}" if c.size_bytes is not None else ""
-    return (STATUS["ok"], "compiler cache", f"{c.tool} ({c.path}), cache in {c.directory}{size}", None)
+    where = f"remote cache {c.remote}: {c.remote_detail}" if c.remote else f"cache in {c.directory}{size}"
+    dist = f"; sccache-dist scheduler {c.dist_scheduler}: {c.dist_problem or 'answered'}" if c.dist_scheduler else ""
+    healthy = c.remote_answers is not False and not c.dist_problem
+    return (STATUS["ok" if healthy else "limited"], "compiler cache", f"{c.tool} ({c.path}), {where}{dist}", None)
 
 
 def _resource_rows(r):

@@ -7,7 +7,13 @@ a variant out of date (Ninja may still recompile, with the new command line).
 
 One cache folder serves every variant: `$CCACHE_DIR` (or `$SCCACHE_DIR`) when set, else
 `<kbuild cache dir>/ccache` (or `sccache`). `KBUILD_COMPILER_CACHE=ccache|sccache|none`
-picks the tool; `kbuild build --compiler-cache/--no-compiler-cache` overrides that.
+picks the tool; `kbuild build --compiler-cache/--no-compiler-cache` and
+`--compiler-cache-tool` override that.
+
+sccache can share one cache between machines (a remote backend set by its own SCCACHE_*
+variables: kernel_builder.compile.remote_cache) and send compiles to an sccache-dist
+scheduler (kernel_builder.compile.dist_compile); kbuild runs its servers
+(kernel_builder.compile.sccache_server) and reports each job's hits, remote ones included.
 
 Example:
     >>> cache = find_compiler_cache()
@@ -18,9 +24,12 @@ Example:
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kernel_builder.compile import sccache_server
+from kernel_builder.compile.dist_compile import DistSettings, scheduler_problem
+from kernel_builder.compile.remote_cache import mask_credentials, remote_backend
 from kernel_builder.errors import UsageError
 from kernel_builder.paths import cache_dir
 from kernel_builder.settings import COMPILER_CACHE_TOOLS, read_environment
@@ -41,29 +50,50 @@ class CacheStats:
     tool: str
     hits: int
     misses: int
+    location: str = ""  # where the hits came from, as sccache names it (e.g. "redis, name: redis://...")
+    distributed: int = 0  # misses compiled by sccache-dist build servers
 
     @property
     def rate(self) -> float:
         return self.hits / (self.hits + self.misses)
 
     def describe(self) -> str:
-        return f"{self.tool} {self.hits}/{self.hits + self.misses} hits"
+        where = f" from {self.location}" if self.location else ""
+        farm = f", {self.distributed} compiled remotely" if self.distributed else ""
+        return f"{self.tool} {self.hits}/{self.hits + self.misses} hits{where}{farm}"
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """What `kbuild build` asks of the compiler cache beyond on or off (BuildOptions.compiler_cache)."""
+
+    tool: str | None = None  # --compiler-cache-tool: ccache or sccache; None: KBUILD_COMPILER_CACHE, else installed
+    dist_scheduler: str | None = None  # --dist-scheduler (else KBUILD_DIST_SCHEDULER)
+    dist_token: str | None = None  # --dist-token (else KBUILD_DIST_TOKEN)
+    dist_fallback_local: bool = False  # --dist-fallback-local: compile here when the scheduler does not answer
+
+    def __post_init__(self) -> None:
+        if self.tool is not None and self.tool not in COMPILER_CACHE_TOOLS:
+            raise UsageError(f"--compiler-cache-tool must be one of {', '.join(COMPILER_CACHE_TOOLS)}, got {self.tool!r}")
+        if self.dist_scheduler is not None and self.tool == "ccache":
+            raise UsageError("--dist-scheduler sends compiles through sccache-dist: use --compiler-cache-tool sccache")
 
 
 @dataclass(frozen=True)
 class CompilerCache:
     tool: str  # "ccache" | "sccache"
     path: str  # the executable
-    directory: Path  # the one cache folder shared by every variant
+    directory: Path  # the one cache folder shared by every variant (sccache: unless a remote backend is set)
+    dist: DistSettings | None = None  # sccache-dist's scheduler, when it answered
+    dist_problem: str = ""  # why a scheduler that was asked for is not used (--dist-fallback-local)
 
     def job_environment(self, work_dir: Path) -> dict[str, str]:
-        """Variables for the compile step of the job in `work_dir`, whose stats log starts
-        empty. ccache rewrites paths under the kernel's work trees relative to the build
-        folder, so a fresh work tree of the same kernel still hits; a user's own
-        CCACHE_BASEDIR wins."""
+        """Variables for the compile step of the job in `work_dir` (sccache: a server of
+        its own is started), whose figures start at zero. ccache rewrites paths under the
+        kernel's work trees relative to the build folder, so a fresh work tree of the same
+        kernel still hits; a user's own CCACHE_BASEDIR wins."""
         if self.tool == "sccache":
-            # sccache's server reads SCCACHE_DIR when it starts; a running one keeps its own.
-            return {"SCCACHE_DIR": str(self.directory)}
+            return self._sccache_environment(work_dir)
         stats_log(work_dir).unlink(missing_ok=True)
         return {
             "CCACHE_DIR": str(self.directory),
@@ -71,11 +101,26 @@ class CompilerCache:
             "CCACHE_STATSLOG": str(stats_log(work_dir)),
         }
 
+    def _sccache_environment(self, work_dir: Path) -> dict[str, str]:
+        settings = {"SCCACHE_DIR": str(self.directory)}
+        if remote_backend() is None and self.dist is None:
+            return sccache_server.join_shared_server(self.path, work_dir, settings)
+        # Shared beyond this machine: the keys must not depend on where this runner keeps
+        # the checkout, the work trees or the build environment.
+        own = [d for d in read_environment().sccache_basedirs.split(":") if d]
+        settings[sccache_server.BASEDIRS] = ":".join(dict.fromkeys(own + sccache_server.project_base_dirs(work_dir)))
+        if self.dist is not None:
+            settings["SCCACHE_CONF"] = str(self.dist.write_config())
+        return sccache_server.start_job_server(self.path, work_dir, settings)
+
     def job_stats(self, work_dir: Path) -> CacheStats | None:
-        """Hits and misses of the job in `work_dir`; None when nothing was compiled or the
-        tool keeps no per-job log (sccache: its server counts for every client at once)."""
-        if self.tool != "ccache":
-            return None
+        """Hits and misses of the job in `work_dir`; None when nothing was compiled (or,
+        on sccache's one local server, another job compiled at the same time)."""
+        if self.tool == "sccache":
+            counts = sccache_server.finish_job(self.path, work_dir)
+            if counts is None:
+                return None
+            return CacheStats(self.tool, counts.hits, counts.misses, mask_credentials(counts.location), counts.distributed)
         try:
             lines = [line.strip() for line in stats_log(work_dir).read_text(errors="replace").splitlines()]
         except OSError:
@@ -97,22 +142,42 @@ def launcher_settings(cache: CompilerCache | None, languages: tuple[str, ...]) -
     return {f"CMAKE_{lang}_COMPILER_LAUNCHER": value for lang in languages if lang in LAUNCHED_LANGUAGES}
 
 
-def find_compiler_cache(enabled: bool | None = None) -> CompilerCache | None:
-    """The compiler cache to use. `enabled` is the command line's choice (None: not given);
-    then KBUILD_COMPILER_CACHE; then whichever of ccache, sccache is on PATH, if any.
-    Asking for a tool that is missing is an error that says how to get it."""
+def find_compiler_cache(enabled: bool | CacheRequest | None = None) -> CompilerCache | None:
+    """The compiler cache to use. `enabled` is the command line's choice (None: not given;
+    a CacheRequest: on, with its tool and scheduler); then KBUILD_COMPILER_CACHE and
+    KBUILD_DIST_SCHEDULER; then whichever of ccache, sccache is on PATH, if any. Asking
+    for a tool that is missing, or a scheduler that does not answer (without
+    dist_fallback_local), is an error that says what to do."""
     environment = read_environment()
     setting = environment.compiler_cache  # a bad value fails here, even with `enabled` given
-    if enabled is False or (enabled is None and setting == "none"):
+    request = enabled if isinstance(enabled, CacheRequest) else CacheRequest()
+    scheduler = request.dist_scheduler or environment.dist_scheduler
+    if enabled is False or (enabled is None and setting == "none" and not scheduler):
         return None
+    if request.tool:
+        setting = request.tool
+    elif scheduler:
+        setting = "sccache"  # the one with distributed compiles
     wanted = (setting,) if setting in COMPILER_CACHE_TOOLS else COMPILER_CACHE_TOOLS
     for tool in wanted:
         path = shutil.which(tool)
         if path:
-            return CompilerCache(tool, path, environment.tool_cache_dir(tool) or cache_dir(tool))
+            cache = CompilerCache(tool, path, environment.tool_cache_dir(tool) or cache_dir(tool))
+            return _with_scheduler(cache, scheduler, request) if scheduler else cache
     if enabled or setting in COMPILER_CACHE_TOOLS:
         names = " or ".join(wanted)
         raise UsageError(
             f"no compiler cache: {names} is not on PATH; install it (e.g. apt-get install ccache) "
             "or build with --no-compiler-cache")
     return None
+
+
+def _with_scheduler(cache: CompilerCache, url: str, request: CacheRequest) -> CompilerCache:
+    environment = read_environment()
+    dist = DistSettings(url, request.dist_token or environment.dist_token or "", environment.dist_toolchains or "")
+    problem = scheduler_problem(dist)
+    if problem is None:
+        return replace(cache, dist=dist)
+    if not request.dist_fallback_local:
+        raise UsageError(f"{problem}; start it, fix --dist-scheduler, or add --dist-fallback-local to compile here")
+    return replace(cache, dist_problem=problem)

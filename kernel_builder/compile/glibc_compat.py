@@ -63,7 +63,12 @@ def compat_group() -> SourceGroup:
 def force_include_options(work_dir: Path, languages: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(language, options) that force-include glibc_compat.h: the C++ and HIP compilers
     take it themselves (clang skips it on the device side by the guard), nvcc hands it to
-    its host compiler. One joined argument each, which CMake never de-duplicates apart."""
+    its host compiler. One joined argument each, which CMake never de-duplicates apart.
+
+    nvcc's names the header relative to the build folder (work_dir/build, where Ninja runs
+    every compile; the host compiler looks for an -include file in its working directory
+    first): sccache hashes nvcc's arguments as they are, and SCCACHE_BASEDIRS does not reach
+    inside -Xcompiler=..., so an absolute path would tie the cache entry to one work folder."""
     header = str(work_dir / HEADER)
-    options = {"CXX": f"-include{header}", "HIP": f"-include{header}", "CUDA": f"-Xcompiler=-include{header}"}
+    options = {"CXX": f"-include{header}", "HIP": f"-include{header}", "CUDA": f"-Xcompiler=-include../{HEADER}"}
     return tuple((language, (options[language],)) for language in languages if language in options)

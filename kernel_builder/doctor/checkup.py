@@ -116,6 +116,14 @@ class CompilerCacheFinding:
     size_bytes: int | None = None
     reason: str | None = None
     install: str | None = None
+    # sccache's shared remote cache (its SCCACHE_* variables), and whether it answers
+    # (None: configured, not something kbuild can ask).
+    remote: str | None = None
+    remote_answers: bool | None = None
+    remote_detail: str | None = None
+    # KBUILD_DIST_SCHEDULER, and why it cannot be used (None: it answered).
+    dist_scheduler: str | None = None
+    dist_problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -308,16 +316,26 @@ def docker_engine(timeout: float = DOCKER_TIMEOUT_S) -> DockerFinding:
 
 def compiler_cache() -> CompilerCacheFinding:
     """The compiler cache builds would launch compiles through (find_compiler_cache)."""
-    from kernel_builder.compile.compiler_cache import find_compiler_cache
+    from kernel_builder.compile.compiler_cache import CacheRequest, find_compiler_cache
+    from kernel_builder.compile.remote_cache import probe, remote_backend
+    from kernel_builder.settings import read_environment
 
     install = "ccache (apt-get install ccache), for faster rebuilds across variants"
+    scheduler = read_environment().dist_scheduler
     try:
-        cache = find_compiler_cache()
+        # A scheduler that does not answer is a finding of its own, not a missing cache.
+        cache = find_compiler_cache(CacheRequest(dist_fallback_local=True) if scheduler else None)
     except KbuildError as e:
         return CompilerCacheFinding(None, reason=e.message, install=install)
     if cache is None:
         return CompilerCacheFinding(None, reason="no ccache or sccache on PATH (or KBUILD_COMPILER_CACHE=none); builds compile uncached", install=install)
-    return CompilerCacheFinding(cache.tool, cache.path, str(cache.directory), _ccache_size(cache))
+    backend = remote_backend() if cache.tool == "sccache" else None
+    answers, detail = probe(backend) if backend else (None, None)
+    return CompilerCacheFinding(
+        cache.tool, cache.path, str(cache.directory), _ccache_size(cache),
+        remote=backend.describe() if backend else None, remote_answers=answers, remote_detail=detail,
+        dist_scheduler=scheduler if cache.tool == "sccache" else None, dist_problem=cache.dist_problem or None,
+    )
 
 
 def _ccache_size(cache) -> int | None:

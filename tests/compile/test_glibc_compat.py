@@ -234,7 +234,8 @@ def test_cuda_host_compiles_get_the_header(tmp_path, monkeypatch):
     spec = cuda.CudaBackend().compile_spec(job)
     header = job.work_dir / glibc_compat.HEADER
     options = dict(spec.language_options)
-    assert options["CXX"][-1] == f"-include{header}" and options["CUDA"][-1] == f"-Xcompiler=-include{header}"
+    # nvcc's is relative to the build folder, where its compiles run (no work-folder path for sccache to hash).
+    assert options["CXX"][-1] == f"-include{header}" and options["CUDA"][-1] == f"-Xcompiler=-include../{glibc_compat.HEADER}"
     assert options["CUDA"][:-1] == cuda.NVCC_FLAGS  # the backend's own options stay first
     assert dict(spec.files)[glibc_compat.HEADER] == glibc_compat.header_text()
 
@@ -250,7 +251,7 @@ def test_nvcc_host_code_binds_the_old_versions(tmp_path):
     header = job.work_dir / glibc_compat.HEADER
     lines = ninja_commands(spec, job.work_dir)
     cu = only(lines, f"-c {job.manifest.root / 'hostcuda' / 'launch.cu'}")
-    assert f"-Xcompiler=-include{header}" in cu, cu
+    assert f"-Xcompiler=-include../{glibc_compat.HEADER}" in cu, cu
     assert f"-include{header}" in only(lines, f"-c {job.manifest.root / 'hostcuda' / 'host_math.cpp'}")
 
     build = job.work_dir / "build"

