@@ -45,6 +45,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // so it is registered as a catch-all kernel).
   ops.def("avx512_enabled() -> bool", &layer_norm_ops::avx512_enabled);
   ops.def("avx512_bf16_enabled() -> bool", &layer_norm_ops::avx512_bf16_enabled);
+  ops.def("new_output(int[] size, ScalarType dtype) -> Tensor", &layer_norm_ops::new_output);
 #endif
 }
 

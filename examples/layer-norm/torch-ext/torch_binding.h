@@ -73,6 +73,9 @@ bool avx512_enabled();
 // vcvtneps2bf16 (the CPU has it and LAYER_NORM_DISABLE_AVX512_BF16 is not
 // set). That instruction flushes bf16 results below 2^-126 to zero.
 bool avx512_bf16_enabled();
+// An uninitialized CPU tensor for an op's result: blocks of 32 MiB and more on
+// transparent huge pages, kept for reuse once freed (layer_norm_cpu/huge_pages.cpp).
+at::Tensor new_output(c10::IntArrayRef size, at::ScalarType dtype);
 #endif
 
 }  // namespace layer_norm_ops

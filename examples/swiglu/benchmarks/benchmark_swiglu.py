@@ -25,9 +25,9 @@ too, its generated kernel compiled in the warm-up):
 GB/s counts the bytes the fused op must move (forward: the (tokens, 2d) input
 read once, the (tokens, d) output written once; backward: input and grad_out
 read, grad_input written), for both columns, so that they compare directly.
-"stream GB/s" is ``out.copy_(x)`` into a preallocated tensor over the input's
-bytes (read and written), measured before each shape: the memory system's own
-speed; "% stream" is the kernel's GB/s as a share of it.
+"stream GB/s" is ``dest.copy_(x)`` into a preallocated tensor over the input's
+bytes (read and written), interleaved with the others: the memory system's own
+speed under the same conditions; "% stream" is the kernel's GB/s as a share of it.
 """
 
 import argparse
@@ -74,16 +74,9 @@ def interleaved_medians(fns: dict, repeats: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def stream_copy_rate(x: torch.Tensor, repeats: int) -> float:
-    """Bytes per second of ``out.copy_(x)`` into a preallocated tensor, counting the bytes
-    read and written: the memory system's speed for a plain stream (no allocation, no
-    first-touch page faults, no arithmetic)."""
-    out = torch.empty_like(x)
-    return 2 * x.numel() * x.element_size() / interleaved_medians({"copy": lambda: out.copy_(x)}, repeats)["copy"]
-
-
-def row(op: str, dtype_name: str, tokens: int, d: int, t: dict, moved: float, stream: float) -> str:
+def row(op: str, dtype_name: str, tokens: int, d: int, t: dict, moved: float, x: torch.Tensor) -> str:
     rate = moved / t["kernel"]
+    stream = 2 * x.numel() * x.element_size() / t["copy"]  # bytes read and written
     return (
         f"{op:<26} {dtype_name:<5} {tokens:>6} {d:>6} {t['kernel'] * 1e3:>10.2f} {t['eager'] * 1e3:>9.2f}"
         f" {t['eager'] / t['kernel']:>5.2f}x {t['compile'] * 1e3:>10.2f} {t['compile'] / t['kernel']:>5.2f}x"
@@ -136,14 +129,16 @@ def main() -> None:
                 kernel = getattr(swiglu, op)
                 torch.testing.assert_close(kernel(x), eager(), rtol=2e-2, atol=2e-2)
                 out = torch.empty(tokens, d, dtype=dtype)
-                stream = stream_copy_rate(x, args.repeats)
+                copy_dest = torch.empty_like(x)
+                stream_copy = lambda: copy_dest.copy_(x)  # noqa: E731
                 compiled = torch.compile(eager, dynamic=False)  # its generated kernel, compiled in the warm-up
                 t = interleaved_medians(
-                    {"kernel": lambda: kernel(x), "eager": eager, "compile": compiled, "out": lambda: kernel(x, out=out)},
+                    {"kernel": lambda: kernel(x), "eager": eager, "compile": compiled, "out": lambda: kernel(x, out=out),
+                     "copy": stream_copy},
                     args.repeats,
                 )
                 moved = x.numel() * x.element_size() * 3 / 2
-                print(row(op, dtype_name, tokens, d, t, moved, stream))
+                print(row(op, dtype_name, tokens, d, t, moved, x))
                 if args.backward:
                     backward_op = getattr(swiglu.ops, op + "_backward")
                     grad_out = torch.randn(tokens, d).to(dtype)
@@ -158,11 +153,12 @@ def main() -> None:
                             "eager": lambda: torch.autograd.grad(y, xr, grad_out, retain_graph=True),
                             "compile": lambda: torch.autograd.grad(y_compiled, xr, grad_out, retain_graph=True),
                             "out": lambda: backward_op(grad_input, grad_out, x),
+                            "copy": stream_copy,
                         },
                         args.repeats,
                     )
                     moved = x.numel() * x.element_size() * 5 / 2
-                    print(row(op + "_backward", dtype_name, tokens, d, t, moved, stream))
+                    print(row(op + "_backward", dtype_name, tokens, d, t, moved, x))
                     del y, y_compiled, xr, grad_out, grad_input
                 del x, out
 

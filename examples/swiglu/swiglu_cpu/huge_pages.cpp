@@ -9,6 +9,13 @@
 // (torch's own allocator does this for every tensor when
 // THP_MEM_ALLOC_ENABLE=1 is set; this does it for the ops' outputs only.)
 //
+// Freed large blocks are kept for reuse (at most kKeptBlocks, kKeptBytes in
+// all), as torch's CUDA caching allocator keeps GPU memory: a block whose pages
+// are already faulted in is handed out again at no cost, where a fresh mapping
+// faults (and the kernel zeroes) every page first, which is then most of the
+// op's time. A model's forward frees and allocates same-sized activations over
+// and over, so the same few blocks serve it.
+//
 // Smaller outputs come from torch's CPU allocator, where glibc reuses freed
 // heap memory without faulting it in again. MADV_HUGEPAGE is a hint: where
 // transparent huge pages are off, the kernel maps 4 KiB pages as usual.
@@ -21,7 +28,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "torch-ext/torch_binding.h"
 
@@ -36,6 +45,8 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kMinBytes = size_t{32} << 20;
+constexpr size_t kKeptBlocks = 4;
+constexpr size_t kKeptBytes = size_t{1} << 30;
 
 bool huge_pages_disabled() {
   const char* value = std::getenv("SWIGLU_DISABLE_HUGE_PAGES");
@@ -50,10 +61,47 @@ bool huge_pages_disabled() {
 struct Mapping {
   void* base;
   size_t length;
+  void* data;  // base, aligned up to a huge page
 };
 
-void unmap(void* context) {
-  const Mapping* mapping = static_cast<Mapping*>(context);
+// Freed mappings kept for reuse. Never destroyed: a tensor may be freed after
+// static destructors have run.
+struct KeptMappings {
+  std::mutex mutex;
+  std::vector<Mapping*> blocks;
+  size_t bytes = 0;
+};
+
+KeptMappings& kept() {
+  static KeptMappings* mappings = new KeptMappings();
+  return *mappings;
+}
+
+Mapping* reuse(size_t length) {
+  KeptMappings& k = kept();
+  std::lock_guard<std::mutex> lock(k.mutex);
+  for (size_t i = 0; i < k.blocks.size(); ++i) {
+    if (k.blocks[i]->length == length) {
+      Mapping* mapping = k.blocks[i];
+      k.blocks.erase(k.blocks.begin() + static_cast<std::ptrdiff_t>(i));
+      k.bytes -= length;
+      return mapping;
+    }
+  }
+  return nullptr;
+}
+
+void release(void* context) {
+  Mapping* mapping = static_cast<Mapping*>(context);
+  {
+    KeptMappings& k = kept();
+    std::lock_guard<std::mutex> lock(k.mutex);
+    if (k.blocks.size() < kKeptBlocks && k.bytes + mapping->length <= kKeptBytes) {
+      k.blocks.push_back(mapping);
+      k.bytes += mapping->length;
+      return;
+    }
+  }
   munmap(mapping->base, mapping->length);
   delete mapping;
 }
@@ -69,14 +117,17 @@ class HugePageAllocator final : public c10::Allocator {
     }
     const size_t rounded = (n + kHugePage - 1) / kHugePage * kHugePage;
     const size_t length = rounded + kHugePage;  // room to align the start
-    void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-      return c10::GetCPUAllocator()->allocate(n);
+    Mapping* mapping = reuse(length);
+    if (mapping == nullptr) {
+      void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) {
+        return c10::GetCPUAllocator()->allocate(n);
+      }
+      const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1);
+      mapping = new Mapping{base, length, reinterpret_cast<void*>(start)};
+      madvise(mapping->data, rounded, MADV_HUGEPAGE);
     }
-    const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) & ~(kHugePage - 1);
-    void* data = reinterpret_cast<void*>(start);
-    madvise(data, rounded, MADV_HUGEPAGE);
-    return {data, new Mapping{base, length}, &unmap, c10::Device(c10::DeviceType::CPU)};
+    return {mapping->data, mapping, &release, c10::Device(c10::DeviceType::CPU)};
   }
 
   void copy_data(void* dest, const void* src, size_t count) const override {

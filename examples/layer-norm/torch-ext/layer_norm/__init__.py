@@ -37,6 +37,15 @@ Tensor = torch.Tensor
 NormResult = Union[Tensor, Tuple[Tensor, Tensor]]
 
 
+def _new(shape, like: Tensor) -> Tensor:
+    """An op's contiguous result. The CPU build allocates large ones on transparent
+    huge pages and reuses freed ones (layer_norm_cpu/huge_pages.cpp): a fresh
+    mapping page-faults every page first, which costs more than the op itself."""
+    if like.device.type == "cpu" and hasattr(ops, "new_output"):
+        return ops.new_output(list(shape), like.dtype)
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+
 def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -45,8 +54,8 @@ def _norm_forward(x2, residual2, weight, bias, eps, rms):
     """Run the forward op on 2-D rows; returns (y, s, mean, rstd) where s is the
     tensor that was normalized (x2, or the new residual)."""
     rows = x2.shape[0]
-    y = torch.empty(x2.shape, dtype=x2.dtype, device=x2.device)
-    res_out = None if residual2 is None else torch.empty_like(y)
+    y = _new(x2.shape, x2)
+    res_out = None if residual2 is None else _new(y.shape, y)
     stats = dict(dtype=_stats_dtype(x2.dtype), device=x2.device)
     rstd = torch.empty(rows, **stats)
     if rms:
@@ -74,7 +83,7 @@ class _NormFunction(torch.autograd.Function):
     def backward(ctx, grad_y, grad_res_out):
         s, mean, rstd, weight = ctx.saved_tensors
         need_x, need_res, need_w, need_b = ctx.needs_input_grad[:4]
-        grad_s = torch.empty_like(s, memory_format=torch.contiguous_format)
+        grad_s = _new(s.shape, s)
         grad_w = torch.empty_like(weight) if need_w else None
         grad_b = s.new_empty(s.shape[-1]) if need_b and not ctx.rms else None
         if grad_y is None:
@@ -185,7 +194,7 @@ def rms_norm(
 class _SiluAndMulFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
-        out = torch.empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=x.dtype, device=x.device)
+        out = _new(x.shape[:-1] + (x.shape[-1] // 2,), x)
         ops.silu_and_mul(out, x)
         ctx.save_for_backward(x)
         return out
@@ -217,7 +226,7 @@ def silu_and_mul(x: Tensor, out: Optional[Tensor] = None) -> Tensor:
         return out
     if _needs_grad(x):
         return _SiluAndMulFunction.apply(x)
-    out = torch.empty(x.shape[:-1] + (x.shape[-1] // 2,), dtype=x.dtype, device=x.device)
+    out = _new(x.shape[:-1] + (x.shape[-1] // 2,), x)
     ops.silu_and_mul(out, x)
     return out
 
