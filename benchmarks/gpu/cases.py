@@ -159,7 +159,9 @@ def memory_bound_rows(examples, modules: dict, dtypes, shapes, device: str, reps
 
 def _time_memory_bound(row: Row, spec: MemoryBoundOp, module, tensors, device, reps, copy_rate):
     kernel = lambda t: spec.kernel(module, t)
-    # A fresh compiled function per row: no recompilation limit across shapes and dtypes.
+    # Every row recompiles the same reference: reset dynamo's caches, or it stops at its
+    # recompile limit and runs the reference eagerly.
+    torch._dynamo.reset()
     compiled = torch.compile(spec.reference, dynamic=False)
     if row.direction == "fwd":
         ours, ref = _first(kernel(tensors)), spec.reference(tensors)

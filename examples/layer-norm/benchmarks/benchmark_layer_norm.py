@@ -93,8 +93,10 @@ def bench_interleaved(fns, reps, device):
 
 
 def compiled(fn):
-    """torch.compile's generated kernel for the eager expression `fn` (a fresh one per
-    case, so that no recompilation limit is reached across shapes and dtypes)."""
+    """torch.compile's generated kernel for the eager expression `fn`. Each shape
+    recompiles the same lambdas, so dynamo's caches are reset first: otherwise it
+    stops at its recompile limit and runs them eagerly."""
+    torch._dynamo.reset()
     return torch.compile(fn, dynamic=False)
 
 

@@ -131,7 +131,10 @@ def main() -> None:
                 out = torch.empty(tokens, d, dtype=dtype)
                 copy_dest = torch.empty_like(x)
                 stream_copy = lambda: copy_dest.copy_(x)  # noqa: E731
-                compiled = torch.compile(eager, dynamic=False)  # its generated kernel, compiled in the warm-up
+                # Its generated kernel, compiled in the warm-up; a reset first, as every shape
+                # recompiles the same lambda and dynamo stops at its recompile limit.
+                torch._dynamo.reset()
+                compiled = torch.compile(eager, dynamic=False)
                 t = interleaved_medians(
                     {"kernel": lambda: kernel(x), "eager": eager, "compile": compiled, "out": lambda: kernel(x, out=out),
                      "copy": stream_copy},
@@ -144,6 +147,7 @@ def main() -> None:
                     grad_out = torch.randn(tokens, d).to(dtype)
                     xr = x.detach().requires_grad_()
                     y = act(xr[..., :d]) * xr[..., d:]
+                    torch._dynamo.reset()
                     y_compiled = torch.compile(lambda: act(xr[..., :d]) * xr[..., d:], dynamic=False)()
                     grad_input = torch.empty_like(x)
                     t = interleaved_medians(

@@ -9,8 +9,8 @@
 // (torch's own allocator does this for every tensor when
 // THP_MEM_ALLOC_ENABLE=1 is set; this does it for the ops' outputs only.)
 //
-// Freed large blocks are kept for reuse (at most kKeptBlocks, kKeptBytes in
-// all), as torch's CUDA caching allocator keeps GPU memory: a block whose pages
+// Freed large blocks are kept for reuse (the newest kKeptBlocks, at most
+// kKeptBytes in all), as torch's CUDA caching allocator keeps GPU memory: a block whose pages
 // are already faulted in is handed out again at no cost, where a fresh mapping
 // faults (and the kernel zeroes) every page first, which is then most of the
 // op's time. A model's forward frees and allocates same-sized activations over
@@ -91,19 +91,32 @@ Mapping* reuse(size_t length) {
   return nullptr;
 }
 
+// Keeps a freed block, evicting the oldest kept ones when over the limits (the
+// shapes a model uses now matter more than earlier ones).
 void release(void* context) {
   Mapping* mapping = static_cast<Mapping*>(context);
+  std::vector<Mapping*> evicted;
   {
     KeptMappings& k = kept();
     std::lock_guard<std::mutex> lock(k.mutex);
-    if (k.blocks.size() < kKeptBlocks && k.bytes + mapping->length <= kKeptBytes) {
+    if (mapping->length <= kKeptBytes) {
       k.blocks.push_back(mapping);
       k.bytes += mapping->length;
-      return;
+      mapping = nullptr;
+      while (k.blocks.size() > kKeptBlocks || k.bytes > kKeptBytes) {
+        evicted.push_back(k.blocks.front());
+        k.bytes -= k.blocks.front()->length;
+        k.blocks.erase(k.blocks.begin());
+      }
     }
   }
-  munmap(mapping->base, mapping->length);
-  delete mapping;
+  if (mapping != nullptr) {
+    evicted.push_back(mapping);
+  }
+  for (Mapping* m : evicted) {  // outside the lock: munmap of a large block takes a while
+    munmap(m->base, m->length);
+    delete m;
+  }
 }
 
 // Large blocks as their own mappings, 2 MiB aligned and advised as huge
