@@ -55,6 +55,12 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     return ((ours - reference).abs() / (1 + reference.abs())).max().item()
 
 
+def failure_note(error: Exception) -> str:
+    """One line for a row whose kernel raised: the error's type and first line."""
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def _first(result):
     """The output tensor of an op that may also return its residual sum."""
     return result[0] if isinstance(result, tuple) else result
@@ -132,7 +138,7 @@ def backward_call(fn: Callable, tensors: dict, grads: tuple[str, ...], dy: torch
     return lambda: torch.autograd.grad(out, wrt, dy, retain_graph=True)
 
 
-def memory_bound_rows(examples, modules: dict, dtypes, shapes, device: str, reps: int, backward: bool,
+def memory_bound_rows(examples, modules: dict, dtypes, shapes, device: str, reps: int,
                       copy_rate: Callable[[int], float]) -> Iterator[Row]:
     """One row per op of `examples`, dtype, shape and direction. `copy_rate(nbytes)` is
     the copy bandwidth over a tensor of nbytes, measured in this run."""
@@ -144,7 +150,7 @@ def memory_bound_rows(examples, modules: dict, dtypes, shapes, device: str, reps
                 torch.manual_seed(0)
                 tensors = spec.inputs(tokens, hidden, dtype, device)
                 copy = copy_rate(tensors["x"].numel() * tensors["x"].element_size())
-                for direction in ("fwd", "bwd") if backward else ("fwd",):
+                for direction in ("fwd", "bwd"):
                     row = Row(spec.example, spec.op, direction, dname, f"{tokens}x{hidden}", rate="GB/s")
                     if module is None:
                         row.note = "not built"
@@ -153,7 +159,7 @@ def memory_bound_rows(examples, modules: dict, dtypes, shapes, device: str, reps
                     try:
                         _time_memory_bound(row, spec, module, tensors, device, reps, copy)
                     except Exception as error:  # a failing kernel is a finding: keep its message
-                        row.note = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                        row.note = failure_note(error)
                     yield row
 
 
@@ -187,7 +193,7 @@ def _sdpa_flash():
     return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
 
 
-def attention_rows(module, dtypes, seqlens, head_dims, device: str, reps: int, backward: bool,
+def attention_rows(module, dtypes, seqlens, head_dims, device: str, reps: int,
                    tokens: int, heads: int) -> Iterator[Row]:
     """flash_attn_func against SDPA (flash backend) over (batch, seqlen, heads, d) with
     batch * seqlen = `tokens`, causal and not."""
@@ -200,7 +206,7 @@ def attention_rows(module, dtypes, seqlens, head_dims, device: str, reps: int, b
                     torch.manual_seed(0)
                     q, k, v = (torch.randn(batch, seqlen, heads, d, dtype=dtype, device=device) for _ in range(3))
                     flops = 4 * batch * heads * seqlen * seqlen * d // (2 if causal else 1)
-                    for direction in ("fwd", "bwd") if backward else ("fwd",):
+                    for direction in ("fwd", "bwd"):
                         row = Row("flash-attn", "causal" if causal else "full", direction, dname,
                                   f"b{batch} s{seqlen} h{heads} d{d}", rate="TFLOP/s")
                         if module is None:
@@ -210,7 +216,7 @@ def attention_rows(module, dtypes, seqlens, head_dims, device: str, reps: int, b
                                 _time_attention(row, module, q, k, v, causal, device, reps,
                                                 flops * (2.5 if direction == "bwd" else 1))
                             except Exception as error:
-                                row.note = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                                row.note = failure_note(error)
                         yield row
 
 

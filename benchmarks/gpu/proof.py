@@ -34,8 +34,6 @@ from timing import copy_bandwidth
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = ("relu", "swiglu", "layer-norm", "flash-attn")
-# The python name each example's package imports as (its torch-ext folder).
-MODULES = {"relu": "relu", "swiglu": "swiglu", "layer-norm": "layer_norm", "flash-attn": "flash_attn"}
 
 
 @dataclass(frozen=True)
@@ -218,11 +216,11 @@ def main() -> int:
         return copy_rates[nbytes]
 
     memory = list(cases.memory_bound_rows(args.examples, modules, profile.dtypes, profile.shapes, profile.device, profile.reps,
-                                          True, copy_rate))
+                                          copy_rate))
     attention = []
     if "flash-attn" in args.examples:
         attention = list(cases.attention_rows(modules.get("flash-attn"), profile.attention_dtypes, profile.seqlens,
-                                              profile.head_dims, profile.device, profile.reps, True,
+                                              profile.head_dims, profile.device, profile.reps,
                                               profile.attention_tokens, profile.heads))
     print_table("memory-bound ops (GB/s; x = speedup over the baseline; % copy = share of a plain copy's GB/s)",
                 memory, ("eager", "compile"))

@@ -61,7 +61,10 @@ def build_kernel(
     first; `on_wait` says so once (and reports image builds)."""
     started = time.perf_counter()
     options = options or BuildOptions()
-    found_cache = find_compiler_cache(options.compiler_cache)  # a missing tool that was asked for fails here
+    # A missing tool, or a scheduler that does not answer, fails here (asked once: it is a request).
+    found_cache = find_compiler_cache(options.compiler_cache)
+    if found_cache and found_cache.dist_problem:
+        on_wait(f"warning: {found_cache.dist_problem}: compiling here (--dist-fallback-local)")
     manifest = load_manifest(kernel_dir)
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
     selected = resolve(manifest, options.matrix, options.shard)

@@ -124,7 +124,6 @@ def build(
 
     from kernel_builder.build.options import BuildOptions
     from kernel_builder.build.pipeline import build_kernel
-    from kernel_builder.compile.compiler_cache import find_compiler_cache
     from kernel_builder.compile.parallelism import compile_parallelism
     from kernel_builder.runners.progress import progress_for
 
@@ -138,9 +137,6 @@ def build(
         import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image,
     )
     compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
-    cache = find_compiler_cache(options.compiler_cache)  # and a compiler cache (or scheduler) that was asked for but is missing
-    if cache and cache.dist_problem:
-        console.print(f"[yellow]warning[/] {escape(cache.dist_problem)}: compiling here (--dist-fallback-local)")
     manifest, report = build_kernel(
         kernel_dir, options, chooser=options.env_chooser(say), progress=progress_for(console, quiet=as_json),
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
