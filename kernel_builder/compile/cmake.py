@@ -108,10 +108,10 @@ def render_project(spec: CompileSpec, work_dir: Path) -> Path:
     text = env.get_template("CMakeLists.txt.j2").render(spec=spec)
     generated = work_dir / "generated"
     generated.mkdir(parents=True, exist_ok=True)
-    _write_if_changed(generated / "registration.h", templates_dir("build", "registration.h").read_text())
+    write_if_changed(generated / "registration.h", templates_dir("build", "registration.h").read_text())
     for name, content in spec.files:
-        _write_if_changed(work_dir / name, content)
-    _write_if_changed(work_dir / "CMakeLists.txt", text)
+        write_if_changed(work_dir / name, content)
+    write_if_changed(work_dir / "CMakeLists.txt", text)
     return work_dir
 
 
@@ -119,7 +119,7 @@ def generated_include_dir(work_dir: Path) -> Path:
     return work_dir / "generated"
 
 
-def _write_if_changed(path: Path, text: str) -> None:
+def write_if_changed(path: Path, text: str) -> None:
     # Unchanged files keep their mtime, so Ninja does not rebuild what did not change.
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
@@ -162,10 +162,12 @@ def build_project(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "w") as log:
         entries = {**spec.cache, **launchers}
-        if not (build_dir / "build.ninja").exists() or not cache_holds(build_dir, entries):
-            if not cache_holds(build_dir, compilers(entries)):
-                # CMake never switches a configured tree to another compiler (it keeps the cached
-                # one, even a path that no longer exists), so a changed compiler starts afresh.
+        home = {"CMAKE_HOME_DIRECTORY": str(work_dir)}
+        if not (build_dir / "build.ninja").exists() or not cache_holds(build_dir, {**entries, **home}):
+            # CMake never switches a configured tree to another compiler (it keeps the cached
+            # one, even a path that no longer exists), nor to another spelling of its folders
+            # (the fixed compile paths of a shared cache): either change starts afresh.
+            if not cache_holds(build_dir, {**compilers(entries), **home}):
                 forget_configuration(build_dir)
             configure = [
                 cmake, "-G", "Ninja", "-S", str(work_dir), "-B", str(build_dir),

@@ -87,6 +87,13 @@ class CompilerCache:
     dist: DistSettings | None = None  # sccache-dist's scheduler, when it answered
     dist_problem: str = ""  # why a scheduler that was asked for is not used (--dist-fallback-local)
 
+    @property
+    def shared_beyond_this_machine(self) -> bool:
+        """Whether other machines read what this one compiles (a remote backend) or compile
+        for it (sccache-dist): then a job's compiles must name the same paths on every
+        runner (kernel_builder.compile.fixed_paths)."""
+        return self.tool == "sccache" and (self.dist is not None or remote_backend() is not None)
+
     def job_environment(self, work_dir: Path) -> dict[str, str]:
         """Variables for the compile step of the job in `work_dir` (sccache: a server of
         its own is started), whose figures start at zero. ccache rewrites paths under the
@@ -103,7 +110,7 @@ class CompilerCache:
 
     def _sccache_environment(self, work_dir: Path) -> dict[str, str]:
         settings = {"SCCACHE_DIR": str(self.directory)}
-        if remote_backend() is None and self.dist is None:
+        if not self.shared_beyond_this_machine:
             return sccache_server.join_shared_server(self.path, work_dir, settings)
         # Shared beyond this machine: the keys must not depend on where this runner keeps
         # the checkout, the work trees or the build environment.

@@ -114,8 +114,14 @@ def read_counts(path: str, port: int) -> Counts | None:
     def total(key: str) -> int:
         return sum(stats.get(key, {}).get("counts", {}).values())
 
-    # Compiles that failed or could not be cached count as misses: the compiler ran.
-    misses = total("cache_misses") + stats.get("non_cacheable_compilations", 0)
+    def cuda(key: str) -> int:
+        return stats.get(key, {}).get("counts", {}).get("CUDA", 0)
+
+    # Compiles that failed or could not be cached count as misses: the compiler ran. Not
+    # nvcc itself, which sccache never caches: it runs nvcc's steps (cudafe++, cicc, ptxas,
+    # the host compile, counted as "CUDA") one by one, each a hit or a miss of its own.
+    nvcc_drivers = min(stats.get("non_cacheable_compilations", 0), cuda("cache_hits") + cuda("cache_misses"))
+    misses = total("cache_misses") + stats.get("non_cacheable_compilations", 0) - nvcc_drivers
     distributed = sum(stats.get("dist_compiles", {}).values())
     return Counts(total("cache_hits"), misses, distributed, data.get("cache_location") or "")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -21,6 +21,7 @@ from kernel_builder.checks.variant_checks import check_variant
 from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.cmake import build_project, render_project
 from kernel_builder.compile.compiler_cache import CompilerCache, launcher_settings
+from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.compile.parallelism import Slots
 from kernel_builder.compile.tool_processes import ToolProcesses
@@ -105,18 +106,20 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         library = None
         if job.compiled:
             backend = get_backend(job.backend)
-            spec = backend.compile_spec(job)
-            render_project(spec, job.work_dir)
             archs = len(backend.metadata(job).get("archs", ())) or 1
             chosen = settings.slots.for_job(archs)
             cache = settings.compiler_cache
-            launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
-            compile_env = cache.job_environment(job.work_dir) if cache else {}
-            library = build_project(
-                spec, job.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
-                on_step=lambda step: progress.step(label, step, job.log_file), tools=settings.tools,
-            )
-            stats = cache.job_stats(job.work_dir) if cache else None
+            shared = cache is not None and cache.shared_beyond_this_machine
+            with fixed_compile_paths(job) if shared else nullcontext(real_paths(job)) as paths:
+                spec = paths.apply(backend.compile_spec(job))
+                render_project(spec, job.work_dir)
+                launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
+                compile_env = cache.job_environment(job.work_dir) if cache else {}
+                library = paths.real(build_project(
+                    spec, paths.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
+                    on_step=lambda step: progress.step(label, step, job.log_file), tools=settings.tools,
+                ))
+                stats = cache.job_stats(job.work_dir) if cache else None
         settings.tools.raise_if_stopped()  # a compiled library stays in the work tree for the next build
         with writing_to(job.out_dir):
             staging = stage_variant(job, library, wanted)

@@ -162,12 +162,12 @@ def test_a_scheduler_that_does_not_answer_fails_in_one_line_or_falls_back(tmp_pa
     assert result.returncode != 0 and "--dist-token and --dist-fallback-local go with --dist-scheduler URL" in result.stderr
 
 
-def two_runners(tmp_path: Path, example: str, variant: str, env: dict, same_checkout: bool = False) -> list[dict]:
-    """Runner A then runner B build `example` cold (own kbuild cache, own output; own
-    checkout unless `same_checkout`), through the shared cache in `env`; their JSON reports."""
+def two_runners(tmp_path: Path, example: str, variant: str, env: dict) -> list[dict]:
+    """Runner A then runner B build `example` cold (own checkout, kbuild cache and output),
+    through the shared cache in `env`; their JSON reports."""
     reports = []
     for runner in ("A", "B"):
-        root = tmp_path / ("A" if same_checkout else runner) / example
+        root = tmp_path / runner / example
         if not root.exists():
             shutil.copytree(EXAMPLES / example, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
         result = kbuild(
@@ -197,19 +197,38 @@ def test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache(redis, tmp_p
 @needs_sccache
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_runner_b_gets_the_cuda_compiles_from_runner_as_redis_cache(redis, tmp_path, clean_sccache_env):
-    """examples/swiglu's cu130 variant from one checkout path (as on CI runners), two kbuild
-    caches. sccache splits each nvcc compile into steps (host compiles, cicc, ptxas per
-    architecture): every step is a hit for B. Only nvcc's own entry for the .cu misses:
-    sccache 0.16 hashes nvcc's arguments verbatim and `-I<work folder>/generated` differs
-    (SCCACHE_BASEDIRS does not rewrite nvcc arguments); it costs no compile."""
-    a, b = two_runners(tmp_path, "swiglu", CUDA_VARIANT, {"SCCACHE_REDIS_ENDPOINT": redis}, same_checkout=True)
+    """examples/swiglu's cu130 variant, two checkouts in different folders, two kbuild
+    caches. sccache splits each nvcc compile into steps (cudafe++, cicc and ptxas per
+    architecture, the host compile) whose keys hold absolute paths; through the fixed
+    compile paths every one of B's steps is a remote hit. nvcc itself, never cached, is
+    not counted as a compile."""
+    a, b = two_runners(tmp_path, "swiglu", CUDA_VARIANT, {"SCCACHE_REDIS_ENDPOINT": redis})
     (job_a,), (job_b,) = a["jobs"], b["jobs"]
     compiles = job_a["compiler_cache"]["misses"]
     cu_sources = len(list((EXAMPLES / "swiglu").rglob("*.cu")))
-    assert job_a["compiler_cache"]["hits"] == 0 and compiles > cu_sources
-    assert job_b["compiler_cache"]["misses"] <= cu_sources
-    assert job_b["compiler_cache"]["hits"] >= compiles - cu_sources
+    assert job_a["compiler_cache"]["hits"] == 0 and compiles > 4 * cu_sources
+    assert (job_b["compiler_cache"]["hits"], job_b["compiler_cache"]["misses"]) == (compiles, 0)
     assert job_b["seconds"] < job_a["seconds"]
+
+
+@pytest.mark.e2e
+@needs_sccache
+def test_one_work_tree_builds_through_the_fixed_paths_and_back(redis, tmp_path, clean_sccache_env):
+    """The work tree is configured from its real folder without a shared cache and from the
+    fixed folder with one; each switch configures afresh (CMake refuses a tree configured
+    from another source folder) and builds."""
+    kernel = tmp_path / "tiny"
+    shutil.copytree(REPO / "tests" / "fixtures" / "tiny", kernel, ignore=shutil.ignore_patterns("build"))
+    env = {"KBUILD_CACHE_DIR": str(tmp_path / "kbuild-cache"), "SCCACHE_DIR": str(tmp_path / "sccache")}
+    for n, shared in enumerate((False, True, False)):
+        extra = {"SCCACHE_REDIS_ENDPOINT": redis} if shared else {}
+        result = kbuild("build", str(kernel), "--variant", CPU_VARIANT, "--compiler-cache-tool", "sccache",
+                        "--no-import-check", "--out", str(tmp_path / f"out{n}"), "--json", env={**env, **extra}, check=True)
+        (job,) = json.loads(result.stdout)["jobs"]
+        assert job["status"] == "built", job
+        (log,) = (tmp_path / "kbuild-cache" / "work").glob("*/*/build.log")
+        source = log.read_text().split(" -S ")[1].split()[0]  # each switch configures again
+        assert source.startswith(f"/tmp/kbuild-{os.getuid()}/compile/") == shared
 
 
 @pytest.fixture

@@ -1,0 +1,175 @@
+"""Fixed absolute paths for a job's compiles: the same on every runner sharing one compiler cache.
+
+sccache's keys for nvcc's steps hold absolute paths: cudafe++'s and cicc's
+`--orig_src_file_name` and `--orig_src_path_name` arguments and the line markers of their
+preprocessed input, which SCCACHE_BASEDIRS does not rewrite (it rewrites the preprocessed
+text of host compiles only). Two runners whose checkouts, work trees or build environments
+sit in different folders would never share a CUDA entry. So when the cache is shared
+beyond this machine, a job compiles through one folder named by the kernel and variant:
+
+    /tmp/kbuild-<uid>/compile/<kernel>/<variant>/kernel        -> the checkout
+                                                /work          -> the job's work tree (kbuild's cache)
+                                                /site-packages -> the build environment's (torch, CUDA wheels)
+                                                /python        -> the Python headers
+                                                /units/...     CUDA translation units (real files)
+
+and the generated project names only those. CMake and Ninja keep a path as given (they do
+not resolve links), so every runner's compile commands name the same files. nvcc alone
+resolves links, for `--orig_src_path_name` of the file it compiles: so each .cu file is
+compiled as a one-line unit in units/, a real file at the fixed path, that includes the
+kernel's file through the link (its own includes resolve beside it as before).
+
+The folder is held (a lock) while the job compiles. A second job of the same kernel and
+variant at the same time on this machine takes `<variant>.2`, and so on: its keys then
+differ from other runners', which costs hits, never correctness.
+
+Example:
+    >>> with fixed_compile_paths(job) as paths:
+    ...     spec = paths.apply(spec)  # sources, includes, link folders under the fixed folder
+    ...     build_project(spec, paths.work_dir, ...)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from kernel_builder.compile.cmake import CompileSpec, write_if_changed
+from kernel_builder.compile.job import BuildJob
+from kernel_builder.errors import BuildError
+from kernel_builder.file_lock import exclusive_lock
+
+# A literal /tmp, not $TMPDIR: the point is a path that is the same on every runner.
+ROOT_PARENT = Path("/tmp")
+_MAX_TWINS = 64  # concurrent jobs of one kernel and variant on one machine
+
+
+@dataclass(frozen=True)
+class CompilePaths:
+    """Where CMake sees the job's folders: `links` maps each real folder to the path the
+    project names instead (empty: the real paths); `units` is the folder of the one-line
+    CUDA units, None when .cu files compile where they are."""
+
+    work_dir: Path
+    links: tuple[tuple[str, str], ...] = ()
+    units: Path | None = None
+    kernel: Path | None = None  # the checkout's link
+
+    def apply(self, spec: CompileSpec) -> CompileSpec:
+        """`spec` as compiled through these paths. Writes the CUDA units it names."""
+        if not self.links:
+            return spec
+        spec = self._remap(spec)
+        if self.units is None or self.kernel is None:
+            return spec
+        units: dict[str, str] = {}
+        for group in spec.groups:
+            for file in group.files:
+                if file.endswith(".cu") and file.startswith(f"{self.kernel}/"):
+                    units[file] = str(self.units / file[len(str(self.kernel)) + 1:])
+        for file, unit in units.items():
+            unit_path = Path(unit)
+            unit_path.parent.mkdir(parents=True, exist_ok=True)
+            write_if_changed(unit_path, f'// kbuild: {Path(file).name} at a path every runner shares\n#include "{file}"\n')
+        groups = tuple(replace(g, files=tuple(units.get(f, f) for f in g.files)) for g in spec.groups)
+        return replace(spec, groups=groups, source_order=tuple(units.get(f, f) for f in spec.source_order))
+
+    def real(self, path: Path) -> Path:
+        """A path under one of the links, spelled through the real folder again."""
+        text = str(path)
+        for real, fixed in self.links:
+            if text == fixed or text.startswith(fixed + "/"):
+                return Path(real + text[len(fixed):])
+        return path
+
+    def _remap(self, value: Any) -> Any:
+        """`value` (a dataclass, tuple, dict or string in the spec) with every path under a
+        linked folder spelled through its link."""
+        if isinstance(value, str):
+            return self._remap_text(value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return replace(value, **{f.name: self._remap(getattr(value, f.name)) for f in dataclasses.fields(value)})
+        if isinstance(value, tuple):
+            return tuple(self._remap(item) for item in value)
+        if isinstance(value, dict):
+            return {key: self._remap(item) for key, item in value.items()}
+        return value
+
+    def _remap_text(self, text: str) -> str:
+        # Longest real folder first, so a folder inside another maps to its own link. A real
+        # folder matches only whole path components (/a/b must not rewrite /a/bc).
+        for real, fixed in self.links:
+            start = 0
+            while (at := text.find(real, start)) >= 0:
+                end = at + len(real)
+                if end == len(text) or text[end] in '/"; ':
+                    text = text[:at] + fixed + text[end:]
+                    end = at + len(fixed)
+                start = end
+        return text
+
+
+def real_paths(job: BuildJob) -> CompilePaths:
+    """The job compiled where its folders are (a cache on this machine only)."""
+    return CompilePaths(job.work_dir)
+
+
+@contextmanager
+def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
+    """Links for the job's folders under the fixed folder, held until the job has compiled."""
+    assert job.env is not None, "a compiled job has its environment"
+    parent = _own_root() / "compile" / job.manifest.python_name
+    parent.mkdir(parents=True, exist_ok=True)
+    targets = {
+        "kernel": job.manifest.root.resolve(),
+        "work": job.work_dir.resolve(),
+        "site-packages": Path(job.env.torch_dir).resolve().parent,
+        "python": Path(job.env.python_include).resolve(),
+    }
+    with ExitStack() as stack:
+        folder = None
+        for n in range(1, _MAX_TWINS + 1):
+            candidate = parent / (job.variant.name if n == 1 else f"{job.variant.name}.{n}")
+            candidate.mkdir(exist_ok=True)
+            if stack.enter_context(exclusive_lock(candidate / "lock", blocking=False, inherit=True)):
+                folder = candidate
+                break
+        if folder is None:
+            raise BuildError(f"{_MAX_TWINS} builds of {job.variant.name} already hold {parent}; wait for them")
+        for name, target in targets.items():
+            _point(folder / name, target)
+        links = sorted(((str(t), str(folder / name)) for name, t in targets.items()), key=lambda p: -len(p[0]))
+        yield CompilePaths(folder / "work", tuple(links), folder / "units", folder / "kernel")
+
+
+def _own_root() -> Path:
+    """/tmp/kbuild-<uid>, made by and for this user alone: a folder someone else made (or a
+    link planted there) would let them choose what the compiles read."""
+    root = ROOT_PARENT / f"kbuild-{os.getuid()}"
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise BuildError(f"cannot make {root} for the fixed compile paths of a shared compiler cache: {e.strerror}") from None
+    info = os.lstat(root)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise BuildError(
+            f"{root} is not a folder of this user's alone (a shared compiler cache compiles through links there); "
+            "remove it and build again")
+    return root
+
+
+def _point(link: Path, target: Path) -> None:
+    """`link` -> `target`, replacing whatever link was there in one rename."""
+    if link.is_symlink() and os.readlink(link) == str(target):
+        return
+    temporary = link.with_name(f".{link.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target)
+    os.replace(temporary, link)
