@@ -19,20 +19,15 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from kernel_builder.testing.sccache_servers import Unavailable, redis_server
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build(work: Path, example: str, runner: str, variant: str, redis: str) -> tuple[float, dict]:
@@ -61,16 +56,11 @@ def main() -> None:
     args = parser.parse_args()
     variants = args.variants or ["torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])]
     work = Path(tempfile.mkdtemp(prefix="kbuild-bench-shared-"))
-    port = free_port()
-    (work / "redis").mkdir()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", str(work / "redis")], stdout=subprocess.DEVNULL)
     try:
-        time.sleep(0.5)
-        url = f"redis://127.0.0.1:{port}"
         for variant in variants:
-            a_wall, a_job = build(work, args.example, "A", variant, url)
-            b_wall, b_job = build(work, args.example, "B", variant, url)
+            with redis_server(work / "redis" / variant) as url:  # a fresh, empty cache per variant
+                a_wall, a_job = build(work, args.example, "A", variant, url)
+                b_wall, b_job = build(work, args.example, "B", variant, url)
             stats = b_job["compiler_cache"] or {"hits": 0, "misses": 0}
             compiles = stats["hits"] + stats["misses"]
             print(f"examples/{args.example} {variant}, shared Redis cache, each runner its own checkout and kbuild cache:")
@@ -79,9 +69,9 @@ def main() -> None:
             print(f"  B is {a_wall / b_wall:.1f}x faster than A (target >= 10x); jobs alone: {a_job['seconds'] / b_job['seconds']:.1f}x")
             print(f"  B's time: {b_job['seconds']:.2f} s in the build job (configure, compiles from Redis, link, checks), "
                   f"{b_wall - b_job['seconds']:.2f} s starting kbuild, probing the environment, planning")
+    except Unavailable as e:
+        sys.exit(f"cannot run: {e}")
     finally:
-        redis.terminate()
-        redis.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 

