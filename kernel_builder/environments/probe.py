@@ -89,12 +89,15 @@ def current_env() -> BuildEnv:
     return probe_env(Path(sys.executable))
 
 
-def probe_env(python: Path) -> BuildEnv:
-    """Probe `python`'s torch, reusing the cached answer while nothing changed."""
+def probe_env(python: Path, cache_file: Path | None = None) -> BuildEnv:
+    """Probe `python`'s torch, reusing the cached answer while nothing changed. The answer
+    is kept in `cache_file` (default: kbuild's cache); kbuild's own environments keep it
+    inside themselves, so it travels with them (a CI cache restoring one, another kbuild
+    cache using it)."""
     python = Path(python)
     if not python.exists():
         raise EnvironmentProbeError(f"build environment {python}: no such interpreter")
-    cache_file = cache_dir("envs") / f"{short_key(str(python))}.json"
+    cache_file = cache_file or cache_dir("envs") / f"{short_key(str(python))}.json"
     cached = _read_cache(cache_file, python)
     if cached is not None:
         return cached

@@ -38,6 +38,7 @@ from kernel_builder.settings import read_environment
 from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse, xpu_version
 
 MARKER = "kbuild-env.json"
+PROBE_FILE = "kbuild-probe.json"  # what the environment's torch is (environments.probe)
 _LAST_USED = ".kbuild-last-used"  # its mtime is the last time kbuild handed the env out
 _KEY_RE = re.compile(r"^torch(\d)(\d+)-([a-z0-9]+)$")
 # Variants of these computes compile against any torch flavour of the right version
@@ -165,7 +166,7 @@ def _usable(path: Path, spec: EnvSpec) -> BuildEnv | None:
     if not (path / MARKER).is_file():
         return None  # being created, or its creation was killed
     try:
-        env = probe_env(_python(path))  # cached: two stat calls once probed
+        env = probe_env(_python(path), path / PROBE_FILE)  # cached: two stat calls once probed
     except EnvironmentProbeError:
         return None  # broken, e.g. its base interpreter is gone: ensure_env recreates it
     return env if spec.satisfied_by(env) else None
@@ -233,7 +234,7 @@ def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], N
         if not _run_logged(steps, log):
             raise fail(pip_reason(log.read_text(errors="replace")))
         try:
-            env = probe_env(python)
+            env = probe_env(python, path / PROBE_FILE)
         except EnvironmentProbeError as e:
             raise fail(e.message) from None
         if not spec.satisfied_by(env):
