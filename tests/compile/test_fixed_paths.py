@@ -109,3 +109,13 @@ def test_a_path_is_rewritten_only_at_a_folder_boundary():
     spec = CompileSpec(target="t", suffix=".so", languages=("CXX",), groups=(),
                        options=("/a/b", "/a/b/c", "/a/bc", "-I/a/b/d", "x=/a/b;/a/b/e"))
     assert paths.apply(spec).options == ("/f/kernel", "/f/kernel/c", "/a/bc", "-I/f/kernel/d", "x=/f/kernel;/f/kernel/e")
+
+
+def test_a_checkout_reached_through_a_link_is_mapped_in_either_spelling(job, tmp_path):
+    (tmp_path / "alias").symlink_to(job.manifest.root)
+    linked = SimpleNamespace(**{**vars(job), "manifest": SimpleNamespace(python_name="relu", root=tmp_path / "alias")})
+    with fixed_compile_paths(linked) as paths:
+        folder = paths.work_dir.parent
+        spec = CompileSpec(target="t", suffix=".so", languages=("CXX",), groups=(),
+                           includes=(str(tmp_path / "alias"), str(job.manifest.root.resolve())))
+        assert paths.apply(spec).includes == (f"{folder}/kernel", f"{folder}/kernel")
