@@ -111,9 +111,10 @@ def relu_cpu(tmp_path_factory) -> Path:
 
 
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
-    """An example's own test suite, in a fresh interpreter, against its build/."""
+    """An example's own test suite, in a fresh interpreter, against its build/ (skip
+    reasons listed: `-rs`)."""
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(root / "tests")],
         cwd=root, capture_output=True, text=True, check=False,
         env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
     )

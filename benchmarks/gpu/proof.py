@@ -89,7 +89,7 @@ def build(example: Path, variant: str, max_jobs: int) -> Step:
     except (ValueError, KeyError):
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return Step(example.name, False, seconds, f"kbuild exited {result.returncode}: {tail}")
-    ok = job["status"] in ("built", "up to date")
+    ok = job["status"] in ("built", "up-to-date")
     detail = job.get("detail") or job["status"]
     sass = sass_architectures(example / "build" / variant)
     return Step(example.name, ok, seconds, f"{detail}; SASS {', '.join(sass)}" if sass else detail)
