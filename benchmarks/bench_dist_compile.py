@@ -15,32 +15,21 @@ Usage: python benchmarks/bench_dist_compile.py [--example NAME] [VARIANT ...]
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from kernel_builder.testing.sccache_servers import Unavailable, dist_farm
+from sccache_build import timed_build
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def build(work: Path, checkout: Path, run: str, variant: str, dist: list[str], kbuild_cache: Path) -> tuple[float, dict]:
     shutil.rmtree(kbuild_cache / "work", ignore_errors=True)  # a new work tree: Ninja compiles everything
-    env = dict(os.environ, KBUILD_CACHE_DIR=str(kbuild_cache), SCCACHE_DIR=str(work / run / "sccache"))
-    command = [sys.executable, "-m", "kernel_builder.cli", "build", str(checkout), "--variant", variant,
-               "--out", str(work / run / "out"), "--compiler-cache-tool", "sccache", "--json", *dist]
-    start = time.perf_counter()
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(f"the {run} build of {variant} failed:\n{result.stderr[-3000:]}")
-    (job,) = json.loads(result.stdout)["jobs"]
-    return seconds, job
+    env = {"KBUILD_CACHE_DIR": str(kbuild_cache), "SCCACHE_DIR": str(work / run / "sccache")}
+    return timed_build(checkout, variant, work / run / "out", env, dist, f"the {run} build")
 
 
 def main() -> None:

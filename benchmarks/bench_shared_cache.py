@@ -17,16 +17,13 @@ Usage: python benchmarks/bench_shared_cache.py [--example NAME | --kernel DIR] [
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from kernel_builder.testing.sccache_servers import Unavailable, redis_server
+from sccache_build import timed_build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,16 +33,8 @@ def build(work: Path, kernel: Path, runner: str, variant: str, redis: str) -> tu
     root = work / runner / kernel.name
     if not root.exists():
         shutil.copytree(kernel, root, ignore=shutil.ignore_patterns("build", "__pycache__", ".git"))
-    env = dict(os.environ, KBUILD_CACHE_DIR=str(work / runner / variant / "cache"), SCCACHE_REDIS_ENDPOINT=redis)
-    command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
-               "--out", str(work / runner / variant / "out"), "--compiler-cache-tool", "sccache", "--json"]
-    start = time.perf_counter()
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(f"runner {runner} failed to build {variant}:\n{result.stderr[-3000:]}")
-    (job,) = json.loads(result.stdout)["jobs"]
-    return seconds, job
+    env = {"KBUILD_CACHE_DIR": str(work / runner / variant / "cache"), "SCCACHE_REDIS_ENDPOINT": redis}
+    return timed_build(root, variant, work / runner / variant / "out", env, [], f"runner {runner}")
 
 
 def main() -> None:
