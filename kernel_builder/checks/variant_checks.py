@@ -24,13 +24,13 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import tomllib
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import kernel_builder
+from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.loader import STAGING_PREFIX, read_metadata
@@ -296,19 +296,6 @@ def check_metadata(folder: Path) -> CheckResult:
     return _ok("metadata", f"complete; {len(metadata['digest']['files'])} files match their digests")
 
 
-# Runs in the variant's environment: import it as the runtime does, list its ops.
-_IMPORT_PROBE = r"""
-import json, sys
-import torch
-from kernel_builder.runtime import load_local, read_metadata
-folder, backend = sys.argv[1], sys.argv[2] or None
-load_local(folder, backend=backend, verify=False)
-namespace = read_metadata(folder)["id"] + "::"
-ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(namespace))
-print(json.dumps({"ops": ops}))
-"""
-
-
 def _as_warning(result: CheckResult, why: str) -> CheckResult:
     if result.status != FAILED:
         return result
@@ -337,8 +324,12 @@ def _environment_python(variant: Variant | None) -> str | CheckResult:
     return chooser.env_for(variant).python
 
 
-def check_import(folder: Path, variant: Variant | None = None, python: str | None = None) -> CheckResult:
-    """The variant imports in its build environment (or `python`) and registers ops under its id."""
+def check_import(
+    folder: Path, variant: Variant | None = None, python: str | None = None, prepared: ImportProcess | None = None
+) -> CheckResult:
+    """The variant imports in its build environment (or `python`) and registers ops under its
+    id. A build passes the `prepared` process it started while compiling; it is used when the
+    import runs in its interpreter, and the caller closes it either way."""
     python = python or _environment_python(variant)
     if isinstance(python, CheckResult):
         return python
@@ -354,22 +345,17 @@ def check_import(folder: Path, variant: Variant | None = None, python: str | Non
     except ArchiveError as exc:
         return _failed("import", [exc.message])
     backend = "cpu" if variant.backend == "cpu" else ""
-    with tempfile.TemporaryDirectory(prefix="kbuild-check-") as path_dir:
-        # Only kernel_builder goes on the child's path, never kbuild's own site-packages,
-        # whose torch would shadow the environment's.
-        os.symlink(Path(kernel_builder.__file__).parent, Path(path_dir) / "kernel_builder")
-        env = dict(os.environ, PYTHONPATH=path_dir, PYTHONDONTWRITEBYTECODE="1")
+    with ExitStack() as stack:
+        process = prepared if prepared is not None and prepared.python == python else None
+        process = process or stack.enter_context(ImportProcess(python))
         target = folder.resolve()
         if variant is not None and variant.kind is Kind.NOARCH and variant.backend != "cpu":
             # A noarch variant for another device is the same Python: import it here under a
             # neutral folder name, which the loader does not hold to this machine's backend.
-            target = Path(path_dir) / "noarch-variant"
+            target = process.folder / "noarch-variant"
             os.symlink(folder.resolve(), target)
         try:
-            done = subprocess.run(
-                [python, "-c", _IMPORT_PROBE, str(target), backend],
-                capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=_IMPORT_TIMEOUT_S,
-            )
+            done = process.run(target, backend, _IMPORT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return _failed("import", [f"the import did not finish within {_IMPORT_TIMEOUT_S} s ({python})"])
     if done.returncode != 0:
@@ -425,10 +411,12 @@ def check_variant(
     strict_abi: bool,
     variant: Variant | None = None,
     python: str | None = None,
+    prepared: ImportProcess | None = None,
 ) -> VariantReport:
     """Run every check on one variant folder; `import_check` imports it too. A build passes
     what it knows: the `variant` (its staging folder has another name) and its environment's
-    `python`. Without `strict_abi` (a local build, by default) symbol versions beyond
+    `python`, and the import check's `prepared` interpreter (kernel_builder.checks.import_process),
+    started while it compiled. Without `strict_abi` (a local build, by default) symbol versions beyond
     manylinux_2_28 are a warning. The two have no default here: a build's come from
     kernel_builder.build.options.BuildOptions, a built folder's from `check_build`."""
     folder = Path(folder)
@@ -438,7 +426,7 @@ def check_variant(
         abi = _as_warning(abi, "a local build follows this machine's glibc; --runner docker builds portable variants")
     results = [abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_metadata(folder)]
     if import_check:
-        results.append(check_import(folder, variant, python))
+        results.append(check_import(folder, variant, python, prepared))
     return VariantReport(folder, tuple(results))
 
 

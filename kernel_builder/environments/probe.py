@@ -1,8 +1,9 @@
 """Build environments: a Python interpreter with the torch that a variant compiles against.
 
-Probing an environment means importing torch in it (seconds), so the result is cached
-and reused while neither the interpreter nor its torch has changed: that check is two
-`stat` calls, which keeps a no-op rebuild well under a second.
+Probing an environment means reading what its torch's files state (tens of milliseconds),
+or importing torch where they do not say it all (seconds). The result is cached and reused
+while neither the interpreter nor its torch has changed: that check is two `stat` calls,
+which keeps a no-op rebuild well under a second.
 """
 
 from __future__ import annotations
@@ -18,25 +19,50 @@ from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.errors import EnvironmentProbeError
 from kernel_builder.variants import parse_version
 
-# Runs inside the environment; prints one JSON object.
+# Runs inside the environment; prints one JSON object. What torch's own files state is read
+# without importing it (seconds): version.py's values, and the C++ ABI where
+# compiled_with_cxx11_abi returns a constant (the torch releases kbuild builds for). Anything
+# else, or `import_torch`, imports it.
 _PROBE = r"""
-import json, os, sys, sysconfig
-try:
-    import torch
-except Exception as e:
-    print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
-    raise SystemExit(0)
-torch_dir = os.path.dirname(torch.__file__)
-print(json.dumps({
-    "python_version": "%d.%d" % sys.version_info[:2],
-    "python_include": sysconfig.get_paths()["include"],
-    "torch_version": torch.__version__,
-    "torch_dir": torch_dir,
-    "cxx11_abi": bool(torch.compiled_with_cxx11_abi()),
-    "cuda": torch.version.cuda,
-    "hip": getattr(torch.version, "hip", None),
-    "xpu": getattr(torch.version, "xpu", None),
-}))
+import ast, importlib.util, json, os, re, sys, sysconfig
+
+def stated(torch_dir):
+    try:
+        with open(os.path.join(torch_dir, "version.py")) as f:
+            tree = ast.parse(f.read())
+        with open(os.path.join(torch_dir, "__init__.py")) as f:
+            init = f.read()
+        extension = any(name.startswith("_C.") for name in os.listdir(torch_dir))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+            values[target.id] = node.value.value
+    abi = re.search(r"def compiled_with_cxx11_abi\(\)[^:]*:\s*(r?\"\"\"[\s\S]*?\"\"\"\s*)?return True\b", init)
+    if not (extension and abi and isinstance(values.get("__version__"), str) and {"cuda", "hip"} <= values.keys()):
+        return None
+    return {"torch_version": values["__version__"], "torch_dir": torch_dir, "cxx11_abi": True,
+            "cuda": values["cuda"], "hip": values["hip"], "xpu": values.get("xpu")}
+
+def imported():
+    try:
+        import torch
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"torch_version": torch.__version__, "torch_dir": os.path.dirname(torch.__file__),
+            "cxx11_abi": bool(torch.compiled_with_cxx11_abi()), "cuda": torch.version.cuda,
+            "hip": getattr(torch.version, "hip", None), "xpu": getattr(torch.version, "xpu", None)}
+
+spec = importlib.util.find_spec("torch")
+found = None
+if sys.argv[1:] != ["--import"] and spec is not None and spec.origin:
+    found = stated(os.path.dirname(spec.origin))
+found = found or imported()
+if "error" not in found:
+    found.update(python_version="%d.%d" % sys.version_info[:2], python_include=sysconfig.get_paths()["include"])
+print(json.dumps(found))
 """
 
 _PROBE_FORMAT = 1  # bump when the cached fields change
@@ -89,19 +115,20 @@ def current_env() -> BuildEnv:
     return probe_env(Path(sys.executable))
 
 
-def probe_env(python: Path, cache_file: Path | None = None) -> BuildEnv:
+def probe_env(python: Path, cache_file: Path | None = None, import_torch: bool = False) -> BuildEnv:
     """Probe `python`'s torch, reusing the cached answer while nothing changed. The answer
     is kept in `cache_file` (default: kbuild's cache); kbuild's own environments keep it
     inside themselves, so it travels with them (a CI cache restoring one, another kbuild
-    cache using it)."""
+    cache using it). `import_torch` proves that torch imports (a new environment) instead of
+    reading what its files state."""
     python = Path(python)
     if not python.exists():
         raise EnvironmentProbeError(f"build environment {python}: no such interpreter")
     cache_file = cache_file or cache_dir("envs") / f"{short_key(str(python))}.json"
-    cached = _read_cache(cache_file, python)
+    cached = None if import_torch else _read_cache(cache_file, python)
     if cached is not None:
         return cached
-    env = _probe(python)
+    env = _probe(python, import_torch)
     stamp = {"format": _PROBE_FORMAT, "python_stat": _stat(python), "torch_stat": _torch_stat(env.torch_dir)}
     tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"stamp": stamp, "env": asdict(env)}))
@@ -109,10 +136,10 @@ def probe_env(python: Path, cache_file: Path | None = None) -> BuildEnv:
     return env
 
 
-def _probe(python: Path) -> BuildEnv:
+def _probe(python: Path, import_torch: bool) -> BuildEnv:
     try:
         result = subprocess.run(
-            [str(python), "-c", _PROBE], capture_output=True, text=True, timeout=300, check=False
+            [str(python), "-c", _PROBE, *(["--import"] if import_torch else [])], capture_output=True, text=True, timeout=300, check=False
         )
     except OSError as e:
         raise EnvironmentProbeError(f"build environment {python}: cannot run it ({e})") from None

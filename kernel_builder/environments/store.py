@@ -234,7 +234,7 @@ def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], N
         if not _run_logged(steps, log):
             raise fail(pip_reason(log.read_text(errors="replace")))
         try:
-            env = probe_env(python, path / PROBE_FILE)
+            env = probe_env(python, path / PROBE_FILE, import_torch=True)  # the new torch imports
         except EnvironmentProbeError as e:
             raise fail(e.message) from None
         if not spec.satisfied_by(env):

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from kernel_builder.assemble.stamp import install, stage_variant
+from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
 from kernel_builder.checks.variant_checks import check_variant
 from kernel_builder.compile.backends import get_backend
@@ -103,31 +104,23 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         if is_up_to_date(job, wanted):
             drop_other_style(job)
             return result("up-to-date")
-        library = None
-        if job.compiled:
-            backend = get_backend(job.backend)
-            archs = len(backend.metadata(job).get("archs", ())) or 1
-            chosen = settings.slots.for_job(archs)
-            cache = settings.compiler_cache
-            shared = cache is not None and cache.shared_beyond_this_machine
-            with fixed_compile_paths(job) if shared else nullcontext(real_paths(job)) as paths:
-                spec = paths.apply(backend.compile_spec(job))
-                render_project(spec, job.work_dir)
-                launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
-                compile_env = cache.job_environment(job.work_dir) if cache else {}
-                library = paths.real(build_project(
-                    spec, paths.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
-                    on_step=lambda step: progress.step(label, step, job.log_file), tools=settings.tools,
-                ))
-                stats = cache.job_stats(job.work_dir) if cache else None
-        settings.tools.raise_if_stopped()  # a compiled library stays in the work tree for the next build
-        with writing_to(job.out_dir):
-            staging = stage_variant(job, library, wanted)
-        progress.step(label, "check")
-        report = check_variant(
-            staging, import_check=settings.import_check, strict_abi=settings.strict_abi,
-            variant=job.variant, python=job.env.python,
-        )
+        with ExitStack() as held:
+            prepared = None
+            if settings.import_check and job.compiled:
+                # torch is imported for the check while the compiler runs (import_process).
+                prepared = held.enter_context(ImportProcess(job.env.python))
+            library = None
+            if job.compiled:
+                library = compile_job(job, settings)
+                stats = settings.compiler_cache.job_stats(job.work_dir) if settings.compiler_cache else None
+            settings.tools.raise_if_stopped()  # a compiled library stays in the work tree for the next build
+            with writing_to(job.out_dir):
+                staging = stage_variant(job, library, wanted)
+            progress.step(label, "check")
+            report = check_variant(
+                staging, import_check=settings.import_check, strict_abi=settings.strict_abi,
+                variant=job.variant, python=job.env.python, prepared=prepared,
+            )
         checks = report.results
         if not report.ok:
             shutil.rmtree(staging, ignore_errors=True)
@@ -143,6 +136,25 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             return result("cancelled", e.message, log=job.log_file.exists())
         return result("failed", e.message, log=job.log_file.exists())
     return result("built", log=True)
+
+
+def compile_job(job: BuildJob, settings: BuildSettings) -> Path:
+    """Configure and build the job's CMake project; the compiled library (in the work tree).
+    Through a cache shared beyond this machine, it compiles in fixed paths (fixed_paths)."""
+    backend = get_backend(job.backend)
+    archs = len(backend.metadata(job).get("archs", ())) or 1
+    chosen = settings.slots.for_job(archs)
+    cache = settings.compiler_cache
+    shared = cache is not None and cache.shared_beyond_this_machine
+    with fixed_compile_paths(job) if shared else nullcontext(real_paths(job)) as paths:
+        spec = paths.apply(backend.compile_spec(job))
+        render_project(spec, job.work_dir)
+        launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
+        compile_env = cache.job_environment(job.work_dir) if cache else {}
+        return paths.real(build_project(
+            spec, paths.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
+            on_step=lambda step: settings.progress.step(job.variant.name, step, job.log_file), tools=settings.tools,
+        ))
 
 
 @contextmanager

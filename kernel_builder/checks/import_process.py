@@ -1,0 +1,83 @@
+"""The interpreter that runs a variant's import check.
+
+Importing torch takes seconds, and it does not depend on the variant, so a build starts
+this process before it compiles: torch is imported while the compiler runs, and the check
+itself then pays only for loading the kernel. The process reads one request, the folder to
+load, from its standard input; closed without one (the build failed or stopped first), it
+exits. Run at once, it is the same check in a fresh interpreter (`kbuild check`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import kernel_builder
+
+# Runs in the variant's environment: import it as the runtime does, list its ops.
+_SCRIPT = r"""
+import json, sys
+import torch
+from kernel_builder.runtime import load_local, read_metadata
+request = sys.stdin.readline()
+if not request:
+    raise SystemExit(0)
+folder, backend = json.loads(request)
+load_local(folder, backend=backend or None, verify=False)
+namespace = read_metadata(folder)["id"] + "::"
+ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(namespace))
+print(json.dumps({"ops": ops}))
+"""
+
+
+class ImportProcess:
+    """`python` with torch being imported, waiting for the folder to load (`run`). Close it
+    (or use it as a context manager) when it is not needed after all."""
+
+    def __init__(self, python: str):
+        self.python = python
+        self._dir = tempfile.TemporaryDirectory(prefix="kbuild-check-")
+        # Only kernel_builder goes on the child's path, never kbuild's own site-packages,
+        # whose torch would shadow the environment's.
+        os.symlink(Path(kernel_builder.__file__).parent, self.folder / "kernel_builder")
+        env = dict(os.environ, PYTHONPATH=str(self.folder), PYTHONDONTWRITEBYTECODE="1")
+        try:
+            self._process = subprocess.Popen(
+                [python, "-c", _SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env=env,
+            )
+        except BaseException:
+            self._dir.cleanup()
+            raise
+
+    @property
+    def folder(self) -> Path:
+        """A private folder that lives as long as the process (for links it should load)."""
+        return Path(self._dir.name)
+
+    def run(self, target: Path, backend: str, timeout_s: float) -> subprocess.CompletedProcess:
+        """Load `target` (backend "cpu", or "" for the machine's) and wait for the answer.
+        Raises subprocess.TimeoutExpired, the process killed, after `timeout_s`."""
+        request = json.dumps([str(target), backend]) + "\n"
+        try:
+            stdout, stderr = self._process.communicate(request, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            raise
+        return subprocess.CompletedProcess(self._process.args, self._process.returncode, stdout, stderr)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.communicate()
+        self._dir.cleanup()
+
+    def __enter__(self) -> "ImportProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

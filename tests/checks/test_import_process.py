@@ -1,0 +1,50 @@
+"""The import check's interpreter, started while a build compiles (kernel_builder.checks.import_process):
+it imports torch ahead, then loads the one folder it is given; unused, it leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+
+from kernel_builder.checks.import_process import ImportProcess
+from kernel_builder.checks.variant_checks import OK, check_import
+from kernel_builder.variants import Variant
+
+VARIANT = "torch213-cxx11-cpu-x86_64-linux"
+
+
+def test_closed_without_a_request_it_ends_and_removes_its_folder():
+    process = ImportProcess(sys.executable)
+    folder = process.folder
+    assert (folder / "kernel_builder").is_symlink()
+    process.close()
+    assert not folder.exists()
+    assert process._process.returncode is not None
+
+
+@pytest.mark.e2e
+def test_a_process_started_ahead_has_torch_imported_and_loads_the_variant(relu_cpu):
+    folder = relu_cpu / "build" / VARIANT  # conftest.py: built once per session, only read here
+    with ImportProcess(sys.executable) as process:
+        time.sleep(0.2)
+        assert process._process.poll() is None, "it waits for its request"
+        done = process.run(folder, "cpu", timeout_s=300)
+    assert done.returncode == 0, done.stderr
+    ops = json.loads(done.stdout.strip().splitlines()[-1])["ops"]
+    assert any(op.endswith("::relu") for op in ops), ops
+
+
+@pytest.mark.e2e
+def test_the_check_uses_a_prepared_process_of_its_interpreter_only(relu_cpu):
+    folder = relu_cpu / "build" / VARIANT
+    variant = Variant.parse(VARIANT)
+    with ImportProcess(sys.executable) as prepared:
+        result = check_import(folder, variant, sys.executable, prepared)
+        assert result.status == OK and "registers 1 op: relu" in result.detail, result
+        assert prepared._process.returncode == 0, "the prepared process ran the check"
+    with ImportProcess("/bin/false") as other:  # another interpreter: not used, left to its owner
+        result = check_import(folder, variant, sys.executable, other)
+        assert result.status == OK, result
