@@ -25,6 +25,9 @@ collect_ignore = ["fixtures"]
 # One kbuild cache for the whole test session, never the user's: probed environments
 # are reused across tests, work trees are keyed by each test's own kernel folder.
 os.environ["KBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbuild-test-cache-")
+# Managed build environments (GBs and minutes of pip each) are made once per session and
+# shared by every test, those that give kbuild a cache of its own included.
+os.environ.setdefault("KBUILD_ENVS_DIR", os.path.join(os.environ["KBUILD_CACHE_DIR"], "venvs"))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -68,6 +71,22 @@ def kbuild_in_process(*args: str, cwd: Path | None = None, env: dict | None = No
     if check and done.returncode != 0:
         raise AssertionError(f"kbuild {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def environments_elsewhere(folder: Path) -> Path:
+    """A store (for KBUILD_ENVS_DIR) holding the session's complete managed environments at
+    another path, as another runner has its own: each borrows the interpreter and libraries
+    through links, and is probed afresh there."""
+    from kernel_builder.environments.store import MARKER, envs_root
+
+    for env in envs_root().iterdir():
+        if (env / MARKER).is_file():
+            (folder / env.name / "bin").mkdir(parents=True)
+            for name in ("pyvenv.cfg", MARKER):
+                shutil.copy(env / name, folder / env.name / name)
+            (folder / env.name / "bin" / "python").symlink_to(env / "bin" / "python")
+            (folder / env.name / "lib").symlink_to(env / "lib")
+    return folder
 
 
 def copy_example(name: str, dest: Path) -> Path:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import EXAMPLES, REPO, kbuild, kbuild_in_process
+from conftest import EXAMPLES, REPO, environments_elsewhere, kbuild, kbuild_in_process
+from kernel_builder.environments.store import PROBE_FILE
 from kernel_builder.compile import sccache_server
 from kernel_builder.loopback import free_port, listening
 from kernel_builder.compile.compiler_cache import CacheRequest, CompilerCache, find_compiler_cache
@@ -151,16 +152,19 @@ def test_a_scheduler_that_does_not_answer_fails_in_one_line_or_falls_back(tmp_pa
 
 def two_runners(tmp_path: Path, example: str, variant: str, env: dict) -> list[dict]:
     """Runner A then runner B build `example` cold (own checkout, kbuild cache and output),
-    through the shared cache in `env`; their JSON reports."""
+    through the shared cache in `env`; their JSON reports. B's managed build environments
+    are A's at another path (environments_elsewhere)."""
     reports = []
     for runner in ("A", "B"):
         root = tmp_path / runner / example
         if not root.exists():
             shutil.copytree(EXAMPLES / example, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        own = {"KBUILD_CACHE_DIR": str(tmp_path / runner / "kbuild-cache")}
+        if runner == "B":
+            own["KBUILD_ENVS_DIR"] = str(environments_elsewhere(tmp_path / runner / "envs"))
         result = kbuild(
             "build", str(root), "--variant", variant, "--compiler-cache-tool", "sccache", "--no-import-check",
-            "--out", str(tmp_path / runner / "out"), "--json",
-            env={**env, "KBUILD_CACHE_DIR": str(tmp_path / runner / "kbuild-cache")}, check=True,
+            "--out", str(tmp_path / runner / "out"), "--json", env={**env, **own}, check=True,
         )
         reports.append(json.loads(result.stdout))
     return reports
@@ -185,7 +189,7 @@ def test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache(redis, tmp_p
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_runner_b_gets_the_cuda_compiles_from_runner_as_redis_cache(redis, tmp_path, clean_sccache_env):
     """examples/swiglu's cu130 variant, two checkouts in different folders, two kbuild
-    caches. sccache splits each nvcc compile into steps (cudafe++, cicc and ptxas per
+    caches, the build environment at two paths. sccache splits each nvcc compile into steps (cudafe++, cicc and ptxas per
     architecture, the host compile) whose keys hold absolute paths; through the fixed
     compile paths every one of B's steps is a remote hit. nvcc itself, never cached, is
     not counted as a compile."""
@@ -195,6 +199,8 @@ def test_runner_b_gets_the_cuda_compiles_from_runner_as_redis_cache(redis, tmp_p
     cu_sources = len(list((EXAMPLES / "swiglu").rglob("*.cu")))
     assert job_a["compiler_cache"]["hits"] == 0 and compiles > 4 * cu_sources
     assert (job_b["compiler_cache"]["hits"], job_b["compiler_cache"]["misses"]) == (compiles, 0)
+    (probe,) = (tmp_path / "B" / "envs").glob(f"*/{PROBE_FILE}")
+    assert json.loads(probe.read_text())["env"]["torch_dir"].startswith(str(tmp_path / "B" / "envs")), "B's own path"
     assert job_b["seconds"] < job_a["seconds"]
 
 
