@@ -24,11 +24,14 @@ from kernel_builder.paths import templates_dir
 
 @dataclass(frozen=True)
 class SourceGroup:
-    """Files compiled with the same extra options and include folders."""
+    """Files compiled with the same extra options, include folders and definitions."""
 
     files: tuple[str, ...]
     options: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
+    # Only these files' commands carry them: the op namespace reaches only the files that
+    # register ops (kernel.registration), so an edit elsewhere recompiles nothing else.
+    definitions: tuple[str, ...] = ()
     # CMake's language for files whose extension it does not know (.sycl is C++).
     language: str | None = None
 
@@ -47,7 +50,10 @@ class CustomCommand:
 
 @dataclass(frozen=True)
 class CompileSpec:
-    target: str  # the library's base name (= the op namespace)
+    # The CMake target and library's base name: `_<name>_<backend>`, the same for every
+    # build of the kernel, so objects stay where they are when the op namespace id moves
+    # (the stamp names the library after the namespace).
+    target: str
     suffix: str  # ".abi3.so"
     languages: tuple[str, ...]
     groups: tuple[SourceGroup, ...]
@@ -227,6 +233,22 @@ def _run(
     if code != 0:
         log.flush()
         raise BuildError(f"{step} failed: {first_error(log_file)} (full log: {log_file})")
+
+
+# Ninja's line as an object finishes (NINJA_STATUS="[%f/%t] "):
+# "[3/12] Building CXX object CMakeFiles/_relu_cpu.dir/src/relu/relu_cpu/relu.cpp.o".
+_COMPILED = re.compile(r"^\[\d+/\d+\] Building \w+ object CMakeFiles/[^/\s]+\.dir/(\S+)\.o(?:bj)?$", re.MULTILINE)
+
+
+def compiled_sources(log_file: Path) -> tuple[str, ...]:
+    """The sources Ninja compiled in the build a job's log records (each build rewrites it),
+    spelled as CMake names their objects: the source's absolute path without its leading
+    "/" (e.g. "src/relu/relu_cpu/relu.cpp")."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except OSError:
+        return ()
+    return tuple(_COMPILED.findall(text))
 
 
 def first_error(log_file: Path) -> str:

@@ -20,7 +20,7 @@ from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
 from kernel_builder.checks.variant_checks import check_variant
 from kernel_builder.compile.backends import get_backend
-from kernel_builder.compile.cmake import build_project, render_project
+from kernel_builder.compile.cmake import build_project, compiled_sources, render_project
 from kernel_builder.compile.compiler_cache import CompilerCache, launcher_settings
 from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
@@ -87,12 +87,12 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
     start = time.perf_counter()
     label = job.variant.name
     progress = settings.progress
-    stats, checks = None, ()
+    stats, checks, compiled = None, (), None
 
     def result(status: str, detail: str = "", log: bool = False) -> JobResult:
         log_file = str(job.log_file) if log and job.compiled else None
         size = folder_size(job.dest) if status in ("built", "up-to-date") else None
-        return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size, checks)
+        return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size, checks, compiled)
 
     try:
         if job.env is None:
@@ -111,7 +111,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
                 prepared = held.enter_context(ImportProcess(job.env.python))
             library = None
             if job.compiled:
-                library = compile_job(job, settings)
+                library, compiled = compile_job(job, settings)
                 stats = settings.compiler_cache.job_stats(job.work_dir) if settings.compiler_cache else None
             settings.tools.raise_if_stopped()  # a compiled library stays in the work tree for the next build
             with writing_to(job.out_dir):
@@ -138,9 +138,10 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
     return result("built", log=True)
 
 
-def compile_job(job: BuildJob, settings: BuildSettings) -> Path:
-    """Configure and build the job's CMake project; the compiled library (in the work tree).
-    Through a cache shared beyond this machine, it compiles in fixed paths (fixed_paths)."""
+def compile_job(job: BuildJob, settings: BuildSettings) -> tuple[Path, tuple[str, ...]]:
+    """Configure and build the job's CMake project: the compiled library (in the work tree)
+    and the sources Ninja compiled, relative to the kernel where they are in it. Through a
+    cache shared beyond this machine, it compiles in fixed paths (fixed_paths)."""
     backend = get_backend(job.backend)
     archs = len(backend.metadata(job).get("archs", ())) or 1
     chosen = settings.slots.for_job(archs)
@@ -151,10 +152,13 @@ def compile_job(job: BuildJob, settings: BuildSettings) -> Path:
         render_project(spec, job.work_dir)
         launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
         compile_env = cache.job_environment(job.work_dir) if cache else {}
-        return paths.real(build_project(
+        library = paths.real(build_project(
             spec, paths.work_dir, job.log_file, chosen.jobs, chosen.nvcc_threads, launchers, compile_env,
             on_step=lambda step: settings.progress.step(job.variant.name, step, job.log_file), tools=settings.tools,
         ))
+        sources = (paths.real(Path("/" + s)) for s in compiled_sources(job.log_file))
+        root = job.manifest.root
+        return library, tuple(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in sources)
 
 
 @contextmanager

@@ -24,6 +24,9 @@ class JobResult:
     compiler_cache: CacheStats | None = None  # None: no cache, or nothing compiled
     size: int | None = None  # bytes of the variant folder, when there is one
     checks: tuple[CheckResult, ...] = ()  # run on the variant before it was installed
+    # The sources Ninja compiled (compile.cmake.compiled_sources), relative to the kernel
+    # where they are in it; None where no compile ran (up to date, skipped, noarch).
+    compiled: tuple[str, ...] | None = None
 
     @property
     def ok(self) -> bool:
@@ -41,6 +44,7 @@ class JobResult:
     def to_json(self) -> dict:
         data = asdict(self)
         data["checks"] = [c.to_json() for c in self.checks]
+        data["compiled"] = None if self.compiled is None else list(self.compiled)
         return data
 
     @classmethod
@@ -53,6 +57,7 @@ class JobResult:
         return cls(
             row["variant"], row["backend"], row["status"], row.get("seconds", 0.0), row.get("detail", ""), row.get("log"),
             CacheStats(**cache) if cache else None, row.get("size"), checks,
+            None if row.get("compiled") is None else tuple(row["compiled"]),
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,11 +82,17 @@ def test_metal_spec(metal_job):
                             "-o", "metal/relu.metallib")
     header = metal_job.work_dir / "generated" / "embedded_metallib.h"
     assert embed.outputs == (str(header),) and embed.command[0] == sys.executable
-    assert embed.command[2:] == ("metal/relu.metallib", str(header), "metallib_relu_metal_abc1234")
+    namespace = embed.command[4]
+    assert embed.command[2:4] == ("metal/relu.metallib", str(header)) and re.fullmatch(r"metallib_relu_[0-9a-f]{7}", namespace)
     assert spec.files[0][0] == "embed_metallib.py" and embed.command[1] == str(metal_job.work_dir / "embed_metallib.py")
     assert {"METAL_KERNEL", 'EMBEDDED_METALLIB_HEADER="embedded_metallib.h"',
-            "EMBEDDED_METALLIB_NAMESPACE=metallib_relu_metal_abc1234",
-            "TORCH_EXTENSION_NAME=_relu_metal_abc1234"} <= set(spec.definitions)
+            f"EMBEDDED_METALLIB_NAMESPACE={namespace}"} <= set(spec.definitions)
+    # The op namespace reaches the binding only, and the metallib's name does not move with it.
+    binding, = [g for g in spec.groups if str(root / "torch-ext/torch_binding.cpp") in g.files]
+    assert binding.definitions == ("TORCH_EXTENSION_NAME=_relu_metal_abc1234",)
+    assert "abc1234" not in str(spec.definitions) + namespace
+    other = dataclasses.replace(metal_job, kernel_id="def5678")
+    assert MetalBackend().compile_spec(other).commands[2].command[4] == namespace
     mm, = [g for g in spec.groups if any(f.endswith(".mm") for f in g.files)]
     assert mm.files == (str(root / "relu_metal/relu.mm"),) and mm.options[:2] == ("-x", "objective-c++")
     compiled = [f for g in spec.groups for f in g.files]
@@ -113,13 +120,14 @@ def test_metal_ninja_commands(metal_job):
     mm = only(lines, "-c " + str(root / "relu_metal/relu.mm"))
     assert "-x objective-c++" in mm
     assert '-DEMBEDDED_METALLIB_HEADER=\\"embedded_metallib.h\\"' in mm
-    assert "-DEMBEDDED_METALLIB_NAMESPACE=metallib_relu_metal_abc1234" in mm and "-DMETAL_KERNEL" in mm
+    assert re.search(r"-DEMBEDDED_METALLIB_NAMESPACE=metallib_relu_[0-9a-f]{7} ", mm) and "-DMETAL_KERNEL" in mm
+    assert "TORCH_EXTENSION_NAME" not in mm
     binding = only(lines, "-c " + str(root / "torch-ext/torch_binding.cpp"))
-    assert "-x objective-c++" not in binding
+    assert "-x objective-c++" not in binding and "-DTORCH_EXTENSION_NAME=_relu_metal_abc1234" in binding
     assert not [line for line in lines if "common.h" in line]
     # Ninja runs the shader steps in order, all before the Objective-C++ that includes their header.
     assert lines.index(air) < lines.index(metallib) < lines.index(embed) < lines.index(mm)
-    link = only(lines, " -o _relu_metal_abc1234.abi3.so ")
+    link = only(lines, " -o _relu_metal.abi3.so ")
     assert "-framework Metal -framework Foundation" in link and "-Wl,-undefined,dynamic_lookup" in link
 
 
@@ -145,7 +153,7 @@ def test_metal_shader_steps_run_and_embed_the_metallib(metal_job, tmp_path):
     text = header.read_text()
     shader = (metal_job.manifest.root / "relu_metal/relu.metal").read_bytes()
     assert ",".join(str(b) for b in shader[:40]) in text
-    assert "namespace metallib_relu_metal_abc1234 {" in text
+    assert re.search(r"namespace metallib_relu_[0-9a-f]{7} \{", text)
     assert "inline id<MTLLibrary> createLibrary(id<MTLDevice> device, NSError **error)" in text
     assert "dispatch_data_create(" in text and "newLibraryWithData:data error:error" in text
     # Editing a header that the shader includes reruns the shader steps.
@@ -170,7 +178,9 @@ def test_xpu_spec(xpu_job):
     root = xpu_job.manifest.root
     assert spec.cache["CMAKE_CXX_COMPILER"].endswith("icpx")
     assert "-fsycl" in spec.options and "-fsycl" in spec.link_options
-    assert "XPU_KERNEL" in spec.definitions and "TORCH_EXTENSION_NAME=_relu_xpu_abc1234" in spec.definitions
+    assert "XPU_KERNEL" in spec.definitions and not any("TORCH_EXTENSION_NAME" in d for d in spec.definitions)
+    binding, = [g for g in spec.groups if str(root / "torch-ext/torch_binding.cpp") in g.files]
+    assert binding.definitions == ("TORCH_EXTENSION_NAME=_relu_xpu_abc1234",)
     cpp, = [g for g in spec.groups if str(root / "relu_xpu/relu.cpp") in g.files]
     assert cpp.options == tuple(SYCL_FLAGS)
     sycl, = [g for g in spec.groups if str(root / "relu_xpu/extra.sycl") in g.files]
@@ -185,12 +195,12 @@ def test_xpu_ninja_commands(xpu_job):
     root = xpu_job.manifest.root
     flags = '-fsycl-targets=spir64_gen -Xs "-device pvc"'
     unit = only(lines, "-c " + str(root / "relu_xpu/relu.cpp"))
-    assert "-fsycl " in unit and flags in unit and "-DXPU_KERNEL" in unit
+    assert "-fsycl " in unit and flags in unit and "-DXPU_KERNEL" in unit and "TORCH_EXTENSION_NAME" not in unit
     sycl = only(lines, "-c " + str(root / "relu_xpu/extra.sycl"))
     assert "-x c++" in sycl and flags in sycl
     binding = only(lines, "-c " + str(root / "torch-ext/torch_binding.cpp"))
-    assert "-fsycl " in binding and flags not in binding
-    link = only(lines, " -o _relu_xpu_abc1234.abi3.so ")
+    assert "-fsycl " in binding and flags not in binding and "-DTORCH_EXTENSION_NAME=_relu_xpu_abc1234" in binding
+    link = only(lines, " -o _relu_xpu.abi3.so ")
     assert f"-fsycl {flags}" in link and "-lc10_xpu" in link and "-ltorch_xpu" in link
 
 

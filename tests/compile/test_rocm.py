@@ -279,7 +279,12 @@ def test_compile_spec_against_a_rocm_torch(tmp_path):
     expected_archs = ("gfx90a",) if old_hipcc() else ("gfx90a", "gfx942")
     assert hip.options == tuple(f"--offload-arch={a}" for a in expected_archs) + ("-DRELU_FLAG",)
     assert str(root / "torch-ext" / "torch_binding.cpp") in [f for g in spec.groups if g.language is None for f in g.files]
-    assert {"ROCM_KERNEL", "USE_ROCM=1", "__HIP_PLATFORM_AMD__=1", f"TORCH_EXTENSION_NAME={job.ops_name}"} <= set(spec.definitions)
+    assert {"ROCM_KERNEL", "USE_ROCM=1", "__HIP_PLATFORM_AMD__=1"} <= set(spec.definitions)
+    # The op namespace reaches the binding only (kernel.registration).
+    assert [g.definitions for g in spec.groups if str(root / "torch-ext" / "torch_binding.cpp") in g.files] == [
+        (f"TORCH_EXTENSION_NAME={job.ops_name}",)
+    ]
+    assert not hip.definitions and not cxx.definitions
     # hipcc's flags, then glibc_compat.h for the host side (kernel_builder.compile.glibc_compat).
     assert dict(spec.language_options)["HIP"] == (*rocm_toolchain.HIPCC_FLAGS, f"-include{job.work_dir / 'glibc_compat.h'}")
     assert spec.link_libraries == ("c10", "torch", "torch_cpu", "c10_hip", "torch_hip", "amdhip64")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from kernel_builder.compile.backends.base import Unavailable
@@ -15,6 +16,7 @@ from kernel_builder.compile import glibc_compat
 from kernel_builder.compile.cmake import CompileSpec, SourceGroup, generated_include_dir
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
+from kernel_builder.kernel.registration import NAMESPACE_MACRO, registration_files
 from kernel_builder.variants import (
     Kind,
     Variant,
@@ -159,9 +161,9 @@ def source_order(manifest: Manifest, backend: str) -> tuple[str, ...]:
     return tuple(str(manifest.root / f) for f in listed)
 
 
-def torch_definitions(ops_name: str, macro: str, env: BuildEnv) -> tuple[str, ...]:
+def torch_definitions(macro: str, env: BuildEnv) -> tuple[str, ...]:
+    """The defines of every file; the op namespace is not one of them (namespace_groups)."""
     return (
-        f"TORCH_EXTENSION_NAME={ops_name}",
         macro,
         f"Py_LIMITED_API={PY_LIMITED_API}",
         f"_GLIBCXX_USE_CXX11_ABI={1 if env.cxx11_abi else 0}",
@@ -178,6 +180,26 @@ def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ..
 
 
 TORCH_LIBRARIES = ("c10", "torch", "torch_cpu")
+
+
+def library_target(manifest: Manifest, backend: str) -> str:
+    """The CMake target and built library's name, `_<name>_<backend>`: without the op
+    namespace id, so CMake's object folder stays put when the id moves."""
+    return f"_{manifest.python_name}_{backend}"
+
+
+def namespace_groups(groups: list[SourceGroup], registering: frozenset[str], ops_name: str) -> list[SourceGroup]:
+    """`groups` with the files that register ops split off into groups of their own that
+    define TORCH_EXTENSION_NAME (kernel.registration): only their commands name the id."""
+    split: list[SourceGroup] = []
+    for group in groups:
+        own = tuple(f for f in group.files if f in registering)
+        rest = tuple(f for f in group.files if f not in registering)
+        if rest:
+            split.append(replace(group, files=rest))
+        if own:
+            split.append(replace(group, files=own, definitions=group.definitions + (f"{NAMESPACE_MACRO}={ops_name}",)))
+    return split
 
 
 def _merged_options(
@@ -203,8 +225,9 @@ def torch_spec(
     files: tuple[tuple[str, str], ...] = (),
     **fields,
 ) -> CompileSpec:
-    """The CompileSpec every torch backend shares (the library named after the op
-    namespace, torch's defines, headers and libraries), plus the backend's own `fields`."""
+    """The CompileSpec every torch backend shares (the library, the op namespace for the
+    files that register ops, torch's defines, headers and libraries), plus the backend's own
+    `fields`."""
     env = job.env
     if job.variant.kind is Kind.STABLE_ABI:
         definitions = (target_version_define(job.variant.torch),) + definitions
@@ -213,13 +236,14 @@ def torch_spec(
         groups = [*groups, glibc_compat.compat_group()]
         files += ((glibc_compat.HEADER, glibc_compat.header_text()),)
         language_options = _merged_options(language_options, glibc_compat.force_include_options(job.work_dir, languages))
+    present = [g for g in groups if g is not None]
     return CompileSpec(
         source_order=source_order(job.manifest, job.variant.backend),
-        target=job.ops_name,
+        target=library_target(job.manifest, job.backend),
         suffix=".abi3.so",
         languages=languages,
-        groups=tuple(g for g in groups if g is not None),
-        definitions=torch_definitions(job.ops_name, macro, env) + definitions,
+        groups=tuple(namespace_groups(present, registration_files(job.manifest), job.ops_name)),
+        definitions=torch_definitions(macro, env) + definitions,
         includes=torch_includes(job.manifest, env, job.work_dir),
         link_dirs=(env.library_dir, *link_dirs),
         link_libraries=TORCH_LIBRARIES + link_libraries,

@@ -14,6 +14,7 @@ import functools
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, short_version, tool_version
 from kernel_builder.compile.backends.common import (
@@ -29,6 +30,7 @@ from kernel_builder.compile.backends.common import (
 from kernel_builder.compile.cmake import CompileSpec, CustomCommand, generated_include_dir
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
+from kernel_builder.kernel.sources import content_hash
 from kernel_builder.runtime.system import METAL_MIN_MACOS
 from kernel_builder.variants import Variant
 
@@ -116,7 +118,7 @@ def _xcrun(*args: str) -> str | None:
     return lines[0] if out.returncode == 0 and lines else None
 
 
-def shader_commands(job, metal_files: tuple[str, ...], depends: tuple[str, ...]) -> tuple[CustomCommand, ...]:
+def shader_commands(job, metal_files: tuple[str, ...], depends: tuple[str, ...], namespace: str) -> tuple[CustomCommand, ...]:
     """.metal -> .air each, all .air -> one metallib, metallib -> the embedding header.
 
     Intermediates go to the build tree (relative paths) under the source's own relative
@@ -143,16 +145,19 @@ def shader_commands(job, metal_files: tuple[str, ...], depends: tuple[str, ...])
     )
     embed = CustomCommand(
         outputs=(header,),
-        command=(sys.executable, script, metallib, header, embedded_namespace(job)),
+        command=(sys.executable, script, metallib, header, namespace),
         depends=(metallib, script),
         comment=f"Embedding {metallib} in {HEADER_NAME}",
     )
     return (*compile_air, link, embed)
 
 
-def embedded_namespace(job) -> str:
-    """Unique per build, like the op namespace, so two builds can share a process."""
-    return f"metallib{job.ops_name}"
+def embedded_namespace(manifest: Manifest, shader_inputs: tuple[str, ...]) -> str:
+    """Unique per shader content, so two builds with other shaders can share a process.
+    Not the op namespace: every unit is compiled with this name, and the id would make an
+    edit anywhere recompile them all (kernel.registration)."""
+    digest = content_hash(manifest.root, sorted(Path(f) for f in shader_inputs))[:7]
+    return f"metallib_{manifest.python_name}_{digest}"
 
 
 class MetalBackend(Backend):
@@ -217,10 +222,11 @@ class MetalBackend(Backend):
             # Shaders include the units' headers, which `src` lists but nothing compiles.
             compiled = METAL_SUFFIXES + OBJCXX_SUFFIXES + CXX_SUFFIXES
             headers = tuple(str(manifest.root / f) for u in units for f in u.src if not f.endswith(compiled))
-            commands = shader_commands(job, metal_files, headers)
+            namespace = embedded_namespace(manifest, (*(str(manifest.root / f) for f in metal_files), *headers))
+            commands = shader_commands(job, metal_files, headers, namespace)
             definitions += (
                 f'EMBEDDED_METALLIB_HEADER="{HEADER_NAME}"',
-                f"EMBEDDED_METALLIB_NAMESPACE={embedded_namespace(job)}",
+                f"EMBEDDED_METALLIB_NAMESPACE={namespace}",
             )
         return torch_spec(
             job, self.macro, ("CXX",), groups,
