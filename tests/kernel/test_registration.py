@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from conftest import copy_example
+from ninja_commands import ninja_commands
 
 from kernel_builder.compile.backends.cpu import CpuBackend
 from kernel_builder.compile.job import BuildJob
@@ -102,3 +103,19 @@ def test_only_registering_files_are_compiled_with_the_op_namespace(tmp_path):
     # Each AVX-512 unit keeps its own flags in a group of its own.
     avx = [g for g in spec.groups if "-mavx512f" in g.options]
     assert len(avx) == 2 and not any(g.definitions for g in avx)
+
+
+def compile_commands(spec, work_dir: Path) -> dict[str, str]:
+    """Each compiled source's command line as Ninja has it (it reruns a command that changed)."""
+    return {line.rsplit(" -c ", 1)[1]: line for line in ninja_commands(spec, work_dir) if " -c " in line}
+
+
+def test_a_flag_in_build_toml_changes_the_commands_of_its_unit_and_the_binding_only(tmp_path):
+    root = copy_example("layer-norm", tmp_path)
+    before = compile_commands(CpuBackend().compile_spec(cpu_job(root, "abc1234")), tmp_path / "before")
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('cxx-flags = ["-ffp-contract=off"]', 'cxx-flags = ["-ffp-contract=off", "-DMORE=1"]', 1))
+    after = compile_commands(CpuBackend().compile_spec(cpu_job(root, "def5678")), tmp_path / "before")
+    changed = {Path(f).relative_to(root).as_posix() for f in before if before[f] != after[f]}
+    assert changed == {"torch-ext/torch_binding.cpp", "layer_norm_cpu/layer_norm_cpu.cpp", "layer_norm_cpu/huge_pages.cpp"}
+    assert len(before) == 6 and before.keys() == after.keys()
