@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -114,12 +115,25 @@ def test_the_standard_cuda_folder_is_looked_in_last(tmp_path, monkeypatch, no_nv
     assert cuda.nvcc_path() == home
 
 
-def test_no_nvcc_names_every_place_looked_in(no_nvcc_anywhere):
-    reason = cuda.CudaBackend().default_variant(None)
-    assert reason.reason == (
+def test_no_nvcc_names_every_place_looked_in_and_the_wheel_route(no_nvcc_anywhere):
+    """Without nvcc the reason also names the variant NVIDIA's compiler wheels build: the
+    default matrix's newest torch for this platform with a CUDA release that has wheels."""
+    from kernel_builder.compile.backends.common import host_platform
+    from kernel_builder.environments import cuda_wheels
+    from kernel_builder.variants import Variant, default_matrix
+
+    reason = cuda.CudaBackend().default_variant(None).reason
+    assert reason.startswith(
         "nvcc not found in $CUDA_HOME/bin, on PATH or in /usr/local/cuda/bin "
-        "(install the CUDA toolkit, or set CUDA_HOME to its folder)"
+        "(install the CUDA toolkit, or set CUDA_HOME to its folder); or build with NVIDIA's compiler wheels ("
     )
+    assert "\n" not in reason and ("GB, once)" in reason or "MB, once)" in reason or "(downloaded once)" in reason)
+    variant = Variant.parse(re.search(r"kbuild build --variant (\S+)$", reason).group(1))
+    here = "-".join(host_platform())
+    with_wheels = [v for v in default_matrix().for_backend("cuda")
+                   if v.platform == here and v.backend_version in cuda_wheels.WHEEL_RELEASES]
+    assert variant.backend_version in cuda_wheels.WHEEL_RELEASES and variant.platform == here
+    assert variant.torch == max(v.torch for v in with_wheels)
 
 
 @needs_nvcc

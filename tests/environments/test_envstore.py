@@ -377,10 +377,10 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
     """pip is asked (a dry run) what its configured index would install; on this machine's
     index torch 2.13 is CPU only (MACHINE.md), so torch213-cu130 is skipped with the reason
     and the answer is remembered; asking for it by name forgets it."""
-    from kernel_builder.environments import store as envstore
+    from kernel_builder.environments import download_cost, store as envstore
 
     monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
-    envstore._offered_compute.cache_clear()
+    download_cost._dry_run.cache_clear()
     spec = EnvSpec((2, 13), "cu130")
     offered = envstore._offered_compute(spec)
     if offered is None:
@@ -400,7 +400,7 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
 
 
 def test_pip_reason_names_the_error_or_the_crash():
-    from kernel_builder.environments.store import pip_reason
+    from kernel_builder.environments.pip_run import pip_reason
 
     missing = "ERROR: Could not find a version that satisfies the requirement foo\nERROR: No matching distribution found for foo\n"
     assert pip_reason(missing) == "ERROR: No matching distribution found for foo"
