@@ -5,6 +5,7 @@ Shared by tests/compile/test_cuda.py, tests/checks/ and tests/examples/."""
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,3 +46,31 @@ def embedded(library: Path, what: str) -> list[str]:
     # cuobjdump names both by the SASS arch ("x.1.sm_80.cubin", "x.1.sm_80.ptx").
     archs = re.findall(r"\.sm_(\d+a?)\.(?:cubin|ptx)", out.stdout)
     return sorted({("sm_" if what == "elf" else "compute_") + a for a in archs})
+
+
+def hidden_toolkit(command: list[str]) -> list[str]:
+    """`command` run where kbuild finds no nvcc (MACHINE.md): a private mount namespace with
+    an empty tmpfs over the toolkit's folder (/usr/local/cuda's target) and /dev/null over
+    the nvcc on PATH, so neither PATH nor the standard folder has one (run it without
+    CUDA_HOME and CUDA_PATH). Needs root."""
+    from kernel_builder.compile.backends.cuda import STANDARD_CUDA_HOME
+
+    masks = []
+    home = STANDARD_CUDA_HOME.resolve()
+    if home.is_dir():
+        masks.append(f"mount -t tmpfs tmpfs {shlex.quote(str(home))}")
+    on_path = shutil.which("nvcc")
+    if on_path and not Path(on_path).resolve().is_relative_to(home):  # e.g. a wrapper in /usr/local/bin
+        masks.append(f"mount --bind /dev/null {shlex.quote(on_path)}")
+    script = " && ".join([*masks, 'exec "$@"'])
+    return ["unshare", "-m", "sh", "-c", script, "sh", *command]
+
+
+def _can_hide() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(hidden_toolkit(["true"]), capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+needs_hiding = pytest.mark.skipif(not _can_hide(), reason="cannot hide the CUDA toolkit (unshare -m and mount need root)")

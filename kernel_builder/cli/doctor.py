@@ -51,22 +51,23 @@ def _ok(flag: bool, missing: str = "missing") -> str:
     return STATUS["ok"] if flag else STATUS.get(missing, f"[red]{missing}[/]")
 
 
-def _cell(text: str | None, install: str | None = None) -> str:
+def _cell(text: str | None, install: str | None = None, fallback: str | None = None) -> str:
     from rich.markup import escape
 
     out = escape(text or "")
-    return out + (f"\n[cyan]install:[/] {escape(install)}" if install else "")
+    out += f"\n[cyan]install:[/] {escape(install)}" if install else ""
+    return out + (f"\n[cyan]or:[/] {escape(fallback)}" if fallback else "")
 
 
-def _section(title: str, rows: list[tuple[str, str, str | None, str | None]]):
+def _section(title: str, rows: list[tuple]):
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", show_header=False, show_edge=False, pad_edge=False)
     table.add_column("status", no_wrap=True)
     table.add_column("what", no_wrap=True)
     table.add_column("detail", overflow="fold")
-    for status, what, detail, install in rows:
-        table.add_row(status, what, _cell(detail, install))
+    for status, what, detail, install, *fallback in rows:
+        table.add_row(status, what, _cell(detail, install, *fallback))
     return table
 
 
@@ -85,7 +86,7 @@ def _backends_table(backends):
                 detail = f"{found}; no variant: {b.reason}"
                 if b.device_check:
                     detail += "; `kbuild build` compile-checks its device code instead"
-        rows.append((STATUS[b.status], b.backend, detail, b.install))
+        rows.append((STATUS[b.status], b.backend, detail, b.install, b.fallback))
     return _section("backends", rows)
 
 

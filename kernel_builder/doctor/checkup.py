@@ -61,6 +61,7 @@ class BackendFinding:
     reason: str | None = None  # why not (MISSING, LIMITED)
     install: str | None = None  # what to install (MISSING, LIMITED)
     device_check: bool = False  # LIMITED, but `kbuild build` compile-checks its device code
+    fallback: str | None = None  # MISSING, LIMITED: another way it builds here (CUDA: NVIDIA's compiler wheels)
 
     @property
     def available(self) -> bool:
@@ -198,7 +199,9 @@ def toolchain(backend: str) -> BackendFinding:
     reason it is missing (status MISSING). Status OK here means only "found"."""
     found = get_backend(backend).toolchain()
     if found.missing is not None:
-        return BackendFinding(backend, MISSING, found.tool, reason=found.missing, install=install_hint(backend))
+        fallback = get_backend(backend).fallback()  # may ask pip: the reason, asked again, then knows the size too
+        return BackendFinding(backend, MISSING, found.tool, reason=get_backend(backend).toolchain().missing,
+                              install=install_hint(backend), fallback=fallback)
     return BackendFinding(backend, OK, found.tool, found.path, found.version, found.version_line, found.detail)
 
 
@@ -236,7 +239,8 @@ def judge_backend(backend: str, chooser) -> BackendFinding:
     # the install hint lists every version the matrix wants.
     reason = rows[-1]["reason"] if rows else f"the default matrix has no {backend} variant for {here}"
     check = get_backend(backend).device_check_possible()
-    return _with(found, status=LIMITED, reason=reason, install=install_hint(backend), device_check=check)
+    return _with(found, status=LIMITED, reason=reason, install=install_hint(backend), device_check=check,
+                 fallback=get_backend(backend).fallback())
 
 
 # -- build tools, environments, Docker, compiler cache --------------------------------------

@@ -105,14 +105,16 @@ class EnvChooser:
             return f"managed {spec.key}: {found.describe()}"
         return f"managed {spec.key}: created on first build ({spec.describe()})"
 
-    def env_for(self, variant: Variant) -> BuildEnv:
+    def env_for(self, variant: Variant, progress: Callable[[str], None] | None = None) -> BuildEnv:
+        """The environment that builds `variant`, created now if need be (`progress` hears
+        what pip is downloading)."""
         if self.primary_builds(variant):
             return self.primary
         reason = self.unavailable_reason(variant)
         if reason:
             raise VariantError(f"cannot build {variant.name}: {reason}")
         spec = self.spec_for(variant)
-        return find_env(spec) or ensure_env(spec, self.index, self.say)
+        return find_env(spec) or ensure_env(spec, self.index, self.say, progress)
 
 
 def _interpreter(path: Path) -> Path:

@@ -16,11 +16,12 @@ CUDA 12 toolkit.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from kernel_builder.environments import download_cost, pip_run
 from kernel_builder.environments.probe import BuildEnv
+from kernel_builder.environments.store import base_python
 from kernel_builder.errors import BuildError, KbuildError
 
 # The CUDA releases PyPI has all five wheels of (nvidia-cuda-cccl stops at 13.3), checked against it.
@@ -73,19 +74,39 @@ def wheel_nvcc(env: BuildEnv, cuda: tuple[int, int]) -> str | None:
     return str(home / "bin" / "nvcc") if home else None
 
 
-def install(env: BuildEnv, cuda: tuple[int, int], say: Callable[[str], None] = lambda line: None) -> str:
-    """Install CUDA `cuda`'s compiler wheels into `env` with its own pip; nvcc's path.
-    pip keeps the runtime wheels torch pinned (same release), so torch is unchanged."""
+def wheels_cost(cuda: tuple[int, int], cached_only: bool = False) -> download_cost.DownloadCost | None:
+    """What the compiler wheels of CUDA `cuda` download into an environment that has none
+    of them (a dry run, cached); None when pip cannot tell (or, `cached_only`, was not asked)."""
+    downloads = download_cost.dry_run(base_python(), requirements(cuda), cached_only=cached_only)
+    return None if downloads is None else download_cost.cost(downloads)
+
+
+def install(
+    env: BuildEnv, cuda: tuple[int, int], say: Callable[[str], None] = lambda line: None,
+    progress: Callable[[str], None] | None = None,
+) -> str:
+    """Install CUDA `cuda`'s compiler wheels into `env` with its own pip; nvcc's path. `say`
+    hears once what that downloads, `progress` what pip is downloading; pip's output goes to
+    a log in the environment. pip keeps the runtime wheels torch pinned (same release), so
+    torch is unchanged."""
     wanted = requirements(cuda)
-    say(f"installing nvcc {cuda[0]}.{cuda[1]} from NVIDIA's wheels into {Path(env.python).parent.parent}")
+    home = Path(env.python).parent.parent
+    log = home / "kbuild-nvcc-wheels.log"
+    # Asked of the environment's own pip: what it already has (the runtime torch brought) is not downloaded.
+    downloads = download_cost.dry_run(env.python, wanted, ignore_installed=False)
+    cost = None if downloads is None else download_cost.cost(downloads)
+    size = "size unknown" if cost is None else cost.describe()
+    say(f"installing nvcc {cuda[0]}.{cuda[1]} from NVIDIA's wheels into {home} (first time only): "
+        f"pip install {' '.join(wanted)} — {size}")
+    command = [env.python, "-m", "pip", "install", "--disable-pip-version-check", *pip_run.progress_args(env.python), *wanted]
+    tracker = pip_run.PipProgress(*((cost.sizes(), cost.total) if cost else ()))
     try:
-        done = subprocess.run([env.python, "-m", "pip", "install", "--disable-pip-version-check", *wanted],
-                              capture_output=True, text=True, timeout=1800, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        installed = pip_run.run_logged([command], log, progress, tracker)
+    except OSError as e:
         raise BuildError(f"pip could not install {' '.join(wanted)} into {env.python}: {e}") from None
-    if done.returncode != 0:
-        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no output")
-        raise BuildError(f"pip could not install {' '.join(wanted)} into {env.python}: {last.strip()}")
+    if not installed:
+        reason = pip_run.pip_reason(log.read_text(errors="replace"))
+        raise BuildError(f"pip could not install {' '.join(wanted)} into {env.python}: {reason}; log: {log}")
     nvcc = wheel_nvcc(env, cuda)
     if nvcc is None:
         raise BuildError(f"{' '.join(wanted)} installed into {env.python}, but no nvidia/cu{cuda[0]}/bin/nvcc came with them")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder.paths import cache_dir, short_key
-from kernel_builder.environments.store import pip_reason
+from kernel_builder.environments.pip_run import pip_reason
 from kernel_builder.errors import KbuildError
 from kernel_builder.file_lock import exclusive_lock
 

@@ -21,7 +21,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from kernel_builder.paths import cache_dir
+from kernel_builder.environments import download_cost, pip_run
 from kernel_builder.environments.probe import BuildEnv, probe_env
 from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError, KbuildError, VariantError
 from kernel_builder.file_lock import exclusive_lock
@@ -130,6 +130,11 @@ def _index_table() -> dict:
     return tomllib.loads(text)["torch-index"]
 
 
+def pypi_flavour(torch: tuple[int, int]) -> str | None:
+    """The compute flavour PyPI itself serves of a torch release (cu130 for 2.14), or None."""
+    return _index_table()["pypi-cuda"].get(f"{torch[0]}.{torch[1]}")
+
+
 def pip_request(spec: EnvSpec, index: str | None = None) -> tuple[str, str | None]:
     """The pip requirement for spec's torch and the index URL to install it from.
 
@@ -141,11 +146,10 @@ def pip_request(spec: EnvSpec, index: str | None = None) -> tuple[str, str | Non
     index = index or read_environment().torch_index
     if index or spec.compute in _ANY_FLAVOUR:
         return requirement, index
-    table = _index_table()
-    if table["pypi-cuda"].get(version) == spec.compute:
+    if pypi_flavour(spec.torch) == spec.compute:
         return requirement, None
     backend, (major, minor) = _parse_compute(spec.compute)  # type: ignore[misc]
-    return requirement, table[backend].format(compute=spec.compute, major=major, minor=minor)
+    return requirement, _index_table()[backend].format(compute=spec.compute, major=major, minor=minor)
 
 
 # -- the store ----------------------------------------------------------------------------
@@ -193,8 +197,13 @@ def managed_specs() -> list[EnvSpec]:
     return [spec for p in root.iterdir() if (spec := EnvSpec.from_key(p.name)) is not None and p.is_dir()]
 
 
-def ensure_env(spec: EnvSpec, index: str | None = None, say: Callable[[str], None] = lambda s: None) -> BuildEnv:
+def ensure_env(
+    spec: EnvSpec, index: str | None = None, say: Callable[[str], None] = lambda s: None,
+    progress: Callable[[str], None] | None = None,
+) -> BuildEnv:
     """The managed environment for spec, created on first use (pip install of its torch).
+    `say` hears once what the creation downloads and how big; `progress`, as pip goes,
+    what it is downloading ("downloading torch-...whl: 1.2 of 3.0 GB").
 
     Any failure removes the half-made environment and raises EnvironmentCreateError naming
     the request and the log; Ctrl-C removes it too and stays a KeyboardInterrupt, so a
@@ -210,10 +219,12 @@ def ensure_env(spec: EnvSpec, index: str | None = None, say: Callable[[str], Non
         env = find_env(spec)
         if env is not None:
             return env
-        return _create(spec, root / spec.key, index, say)
+        return _create(spec, root / spec.key, index, say, progress)
 
 
-def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], None]) -> BuildEnv:
+def _create(
+    spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], None], progress: Callable[[str], None] | None,
+) -> BuildEnv:
     requirement, url = pip_request(spec, index)
     source = url or "pip's configured index"
     log = path.with_name(f"{spec.key}.log")
@@ -225,14 +236,20 @@ def _create(spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], N
         )
 
     _remove(path)  # what a killed or broken creation left behind
-    say(f"creating build environment {spec.key}: pip install {shlex.join([requirement, *index_args])} (first time only)")
+    cost = creation_cost(spec, index)
+    size = "size unknown" if cost is None else cost.describe(["torch"])
+    say(f"creating build environment {spec.key} (first time only): pip install {shlex.join([requirement, *index_args])} "
+        f"— {size}")
     python = _python(path)
-    base = getattr(sys, "_base_executable", None) or sys.executable  # not a venv nested in kbuild's own
     # No --isolated: the user's pip config (indexes, constraints, certificates) applies.
-    steps = [[base, "-m", "venv", str(path)], [str(python), "-m", "pip", "install", requirement, *index_args]]
+    install = [str(python), "-m", "pip", "install", requirement, *index_args]
+    tracker = pip_run.PipProgress(*((cost.sizes(), cost.total) if cost else ()))
     try:
-        if not _run_logged(steps, log):
-            raise fail(pip_reason(log.read_text(errors="replace")))
+        created = pip_run.run_logged([[base_python(), "-m", "venv", str(path)]], log)
+        # The new venv's own pip says whether it prints raw progress (pip >= 24.1).
+        if not created or not pip_run.run_logged([install[:5] + pip_run.progress_args(str(python)) + install[5:]],
+                                                 log, progress, tracker, append=True):
+            raise fail(pip_run.pip_reason(log.read_text(errors="replace")))
         try:
             env = probe_env(python, path / PROBE_FILE, import_torch=True)  # the new torch imports
         except EnvironmentProbeError as e:
@@ -307,24 +324,34 @@ def _unservable_record(spec: EnvSpec, url: str | None) -> dict | None:
     return record
 
 
-@functools.lru_cache(maxsize=None)
 def _offered_compute(spec: EnvSpec) -> str | None:
     """The compute tag of the torch that pip's configured index would install for spec
-    (`pip install --dry-run --report`), or None when pip cannot tell quickly."""
-    import tempfile
+    (the dry run that also sizes its creation), or None when pip cannot tell quickly."""
+    downloads = _dry_run(spec, None)
+    torch = next((d for d in downloads or () if d.name.lower() == "torch"), None)
+    if torch is None:
+        return None
+    return wheel_compute({"version": torch.version, "requires_dist": list(torch.requires_dist)}, spec.torch)
 
+
+def _dry_run(spec: EnvSpec, url: str | None, cached_only: bool = False) -> tuple[download_cost.Download, ...] | None:
+    """What creating spec's environment from `url` (None: pip's own indexes) would install:
+    one resolve, cached, for both the flavour check and the size of the creation."""
     requirement, _ = pip_request(spec)
-    base = getattr(sys, "_base_executable", None) or sys.executable
-    with tempfile.TemporaryDirectory(prefix="kbuild-pip-probe-") as folder:
-        report = Path(folder) / "report.json"
-        command = [base, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--quiet",
-                   "--timeout", "15", "--retries", "0", "--report", str(report), requirement]
-        try:
-            done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL, timeout=120, check=False)
-            item = json.loads(report.read_text())["install"][0]["metadata"] if done.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, IndexError):
-            item = None
-    return None if item is None else wheel_compute(item, spec.torch)
+    index_args = ["--index-url", url] if url else []
+    return download_cost.dry_run(base_python(), [requirement], index_args, cached_only=cached_only)
+
+
+def creation_cost(spec: EnvSpec, index: str | None = None, cached_only: bool = False) -> download_cost.DownloadCost | None:
+    """What creating spec's environment downloads, with sizes; None when pip cannot tell
+    (or, with `cached_only`, has not been asked yet)."""
+    downloads = _dry_run(spec, pip_request(spec, index)[1], cached_only)
+    return None if downloads is None else download_cost.cost(downloads)
+
+
+def base_python() -> str:
+    """The interpreter new environments are made from (and pip is asked with)."""
+    return getattr(sys, "_base_executable", None) or sys.executable  # not a venv nested in kbuild's own
 
 
 def wheel_compute(metadata: dict, torch: tuple[int, int]) -> str | None:
@@ -335,34 +362,8 @@ def wheel_compute(metadata: dict, torch: tuple[int, int]) -> str | None:
     if local:
         return local.replace(".", "")
     if any(r.startswith("nvidia-") for r in metadata.get("requires_dist") or ()):
-        return _index_table()["pypi-cuda"].get(f"{torch[0]}.{torch[1]}")
+        return pypi_flavour(torch)
     return "cpu"
-
-
-def _run_logged(steps: list[list[str]], log: Path) -> bool:
-    """Run the commands in turn, their output into `log`; False at the first that fails."""
-    with log.open("w") as out:
-        for step in steps:
-            out.write(f"$ {shlex.join(step)}\n")
-            out.flush()
-            done = subprocess.run(step, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, check=False)
-            if done.returncode != 0:
-                return False
-    return True
-
-
-def pip_reason(output: str) -> str:
-    """The line of pip's output that says why it failed."""
-    lines = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith("$ ")]
-    # "ERROR: ResolutionImpossible: for help visit ..." is pip's footer, not the reason.
-    errors = [line for line in lines if line.startswith("ERROR:") and "ResolutionImpossible" not in line]
-    reason = (errors or lines or ["no output"])[-1]
-    if reason == "ERROR: Exception:" and lines:
-        # pip crashed: the traceback's last line (e.g. "OSError: [Errno 28] No space left") is the reason.
-        reason = f"pip crashed: {lines[-1]}"
-    # A pip constraints file (pip config) is a common and invisible cause: name it.
-    constraints = [line.split("(constraint)", 1)[1].strip() for line in lines if "requested (constraint)" in line]
-    return reason + (f" (pip constraint: {', '.join(constraints)})" if constraints else "")
 
 
 def _write_marker(path: Path, spec: EnvSpec, requirement: str, url: str | None, env: BuildEnv) -> None:

@@ -94,11 +94,15 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         size = folder_size(job.dest) if status in ("built", "up-to-date") else None
         return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size, checks, compiled)
 
+    def doing(text: str) -> None:  # what pip downloads, shown in the job's "environment" step
+        progress.doing(label, text, step="environment")
+
     try:
         if job.env is None:
             if not chooser.available(job.variant):
                 progress.step(label, "environment")  # created now: a minute or more of pip
-            job = job.with_env(chooser.env_for(job.variant))
+            job = job.with_env(chooser.env_for(job.variant, progress=doing))
+        get_backend(job.backend).prepare(job, say=chooser.say, progress=doing)
         settings.tools.raise_if_stopped()
         wanted = job_input_hash(job)
         if is_up_to_date(job, wanted):

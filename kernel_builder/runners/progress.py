@@ -3,7 +3,8 @@ per step elsewhere (CI logs), nothing with --json.
 
 Jobs report their steps (`step`) and their end (`finished`); what a job does within a step
 (`activity`: Ninja's progress, CMake's current check) is read from the tail of its log file
-when the table redraws, so compiles need no callback."""
+when the table redraws, so compiles need no callback. What has no log of the job's own (pip
+creating its build environment) reports it with `doing`."""
 
 from __future__ import annotations
 
@@ -85,6 +86,8 @@ class _JobState:
     ended: float | None = None
     log_file: Path | None = None
     outcome: str | None = None  # the result's status once finished
+    doing: str | None = None  # what the step is doing, as reported (`doing`); cleared by the next step
+    said: float = float("-inf")  # when LineProgress last printed `doing`
 
     def elapsed(self) -> float:
         if self.started is None:
@@ -107,9 +110,22 @@ class Progress:
             state = self.jobs.setdefault(label, _JobState(label))
             if state.started is None:
                 state.started = time.perf_counter()
-            state.step = step
+            state.step, state.doing = step, None
             state.log_file = log_file or state.log_file
         self.changed(state)
+
+    def doing(self, label: str, text: str, step: str | None = None) -> None:
+        """What the job's step is doing now ("downloading torch-...whl: 1.2 of 3.0 GB"),
+        entering `step` first if the job is in another."""
+        if step is not None and self.jobs.get(label, _JobState(label)).step != step:
+            self.step(label, step)
+        with self._lock:
+            state = self.jobs.setdefault(label, _JobState(label))
+            state.doing = text
+        self.noted(state)
+
+    def noted(self, state: _JobState) -> None:
+        pass
 
     def finished(self, label: str, status: str, detail: str = "") -> None:
         with self._lock:
@@ -134,11 +150,21 @@ _STYLE = {"built": "green", "up-to-date": "green", "checked": "cyan", "failed": 
 
 
 class LineProgress(Progress):
-    """One line per step: readable in a CI log, where a live table cannot redraw."""
+    """One line per step: readable in a CI log, where a live table cannot redraw; what a
+    step is doing, at most every DOING_INTERVAL_S seconds."""
+
+    DOING_INTERVAL_S = 10.0
 
     def __init__(self, console):
         super().__init__()
         self.console = console
+
+    def noted(self, state: _JobState) -> None:
+        now = time.perf_counter()
+        if now - state.said < self.DOING_INTERVAL_S or state.doing is None:
+            return
+        state.said = now
+        self.changed(state, state.doing)
 
     def changed(self, state: _JobState, detail: str = "") -> None:
         from rich.markup import escape
@@ -241,7 +267,7 @@ class LiveProgress(Progress):
             style = _STYLE.get(s.step, "bold" if running else "dim")
             cells = [mark, escape(s.label), f"[{style}]{escape(s.step)}[/]", f"{s.elapsed():.1f}s"]
             if room >= _MIN_ACTIVITY_WIDTH:
-                cells.append(f"[dim]{escape(activity(s.step, s.log_file)) if running else ''}[/]")
+                cells.append(f"[dim]{escape(s.doing or activity(s.step, s.log_file)) if running else ''}[/]")
             table.add_row(*cells)
         return table
 

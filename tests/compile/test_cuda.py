@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, copy_example, kbuild
-from cuda_toolkit import CUDA_VARIANT, NVCC, embedded, needs_nvcc
+from cuda_toolkit import CUDA_VARIANT, NVCC, embedded, hidden_toolkit, needs_hiding, needs_nvcc
 from kernel_builder.compile.backends import cuda
 from kernel_builder.compile.backends.cuda import (
     default_capabilities,
@@ -114,12 +116,50 @@ def test_the_standard_cuda_folder_is_looked_in_last(tmp_path, monkeypatch, no_nv
     assert cuda.nvcc_path() == home
 
 
-def test_no_nvcc_names_every_place_looked_in(no_nvcc_anywhere):
-    reason = cuda.CudaBackend().default_variant(None)
-    assert reason.reason == (
+def test_no_nvcc_names_every_place_looked_in_and_the_wheel_route(no_nvcc_anywhere):
+    """Without nvcc the reason also names the variant NVIDIA's compiler wheels build: the
+    default matrix's newest torch for this platform with a CUDA release that has wheels."""
+    from kernel_builder.compile.backends.common import host_platform
+    from kernel_builder.environments import cuda_wheels
+    from kernel_builder.variants import Variant, default_matrix
+
+    reason = cuda.CudaBackend().default_variant(None).reason
+    assert reason.startswith(
         "nvcc not found in $CUDA_HOME/bin, on PATH or in /usr/local/cuda/bin "
-        "(install the CUDA toolkit, or set CUDA_HOME to its folder)"
+        "(install the CUDA toolkit, or set CUDA_HOME to its folder); or build with NVIDIA's compiler wheels ("
     )
+    assert "\n" not in reason and ("GB, once)" in reason or "MB, once)" in reason or "(downloaded once)" in reason)
+    variant = Variant.parse(re.search(r"kbuild build --variant (\S+)$", reason).group(1))
+    here = "-".join(host_platform())
+    with_wheels = [v for v in default_matrix().for_backend("cuda")
+                   if v.platform == here and v.backend_version in cuda_wheels.WHEEL_RELEASES]
+    assert variant.backend_version in cuda_wheels.WHEEL_RELEASES and variant.platform == here
+    assert variant.torch == max(v.torch for v in with_wheels)
+
+
+@pytest.mark.e2e
+@pytest.mark.cuda
+@needs_hiding
+def test_a_build_without_the_toolkit_names_the_compiler_wheel_route(tmp_path):
+    """The real CLI where no nvcc can be found (a mount namespace hides it): the CUDA skip
+    of a plain build (`kbuild plan`, which plans as `kbuild build` does) says which variant
+    NVIDIA's compiler wheels build, and `kbuild variants` finds that one buildable."""
+    root = copy_example("swiglu", tmp_path)
+    environment = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+
+    def kbuild_hidden(*args: str) -> list | dict:
+        command = hidden_toolkit([sys.executable, "-m", "kernel_builder.cli", *args, str(root), "--json"])
+        result = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    [skip] = [row for row in kbuild_hidden("plan") if row["backend"] == "cuda"]
+    assert not skip["buildable"] and skip["reason"].startswith("nvcc not found"), skip
+    variant = re.search(r"; or build with NVIDIA's compiler wheels \((?:about [\d.]+ [KMG]B|downloaded), once\): "
+                        r"kbuild build --variant (\S+)$", skip["reason"].replace("(downloaded once)", "(downloaded, once)"))
+    assert variant, skip["reason"]
+    rows = {row["variant"]: row for row in kbuild_hidden("variants")}
+    assert rows[variant.group(1)]["buildable"], rows[variant.group(1)]
 
 
 @needs_nvcc

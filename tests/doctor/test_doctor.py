@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from kernel_builder.doctor import checkup as doctor
 from kernel_builder.compile.backends.common import cxx_compiler, host_platform
 from kernel_builder.compile.backends.cuda import nvcc_path
+from cuda_toolkit import hidden_toolkit, needs_hiding
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "tests" / "fixtures" / "tiny"
@@ -266,6 +267,48 @@ def test_kernel_relu_cuda_variants_here_and_not():
     # CUDA 12 has no compiler wheels: only a system toolkit of its release would build it.
     other = [r for n, r in variants.items() if r["backend"] == "cuda" and "-cu12" in n]
     assert other and all("nvcc is CUDA 13.0" in r["reason"] for r in other)
+
+
+# -- no CUDA toolkit: the compiler-wheel route -----------------------------------------------
+def test_without_nvcc_doctor_names_the_compiler_wheel_route(cli_app, monkeypatch):
+    """kbuild's own nvcc lookup finds none (monkeypatched); pip is not asked (its dry runs
+    answer nothing): the route is named with its size unknown, in the JSON and the text."""
+    from kernel_builder.compile.backends import cuda
+    from kernel_builder.environments import download_cost
+
+    monkeypatch.setattr(cuda, "nvcc_path", lambda: None)
+    monkeypatch.setattr(download_cost, "dry_run", lambda *args, **kwargs: None)
+    route = cuda.wheel_route()
+    found = doctor.diagnose().backend("cuda")
+    assert found.status == doctor.MISSING
+    assert found.reason.startswith("nvcc not found") and found.reason.endswith(
+        f"; or build with NVIDIA's compiler wheels (downloaded once): kbuild build --variant {route.variant.name}")
+    assert found.fallback == (f"kbuild build --variant {route.variant.name} builds with NVIDIA's compiler wheels, "
+                              "no CUDA toolkit needed: size unknown, once")
+    result = CliRunner().invoke(cli_app, ["doctor"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert f"or: kbuild build --variant {route.variant.name} builds with NVIDIA's compiler wheels" in result.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.cuda
+@needs_hiding
+def test_doctor_with_the_toolkit_hidden_names_the_route_and_its_size():
+    """The real CLI where no nvcc can be found (MACHINE.md: a mount namespace hides it):
+    doctor asks pip what the route downloads (torch's CUDA flavour from pip's own indexes
+    and the compiler wheels) and says it."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "KBUILD_TORCH_INDEX")}
+    environment["DOCKER_HOST"] = ENVIRONMENT["DOCKER_HOST"]
+    result = subprocess.run(hidden_toolkit([sys.executable, "-m", "kernel_builder.cli", "doctor", "--json"]),
+                            capture_output=True, text=True, env=environment, check=False)
+    assert result.returncode == 0, result.stderr
+    cuda = next(b for b in json.loads(result.stdout)["backends"] if b["backend"] == "cuda")
+    assert cuda["status"] == "missing" and cuda["reason"].startswith("nvcc not found")
+    variant = re.search(r"kbuild build --variant (\S+) builds with NVIDIA's compiler wheels", cuda["fallback"]).group(1)
+    assert f"kbuild build --variant {variant}" in cuda["reason"]
+    assert re.search(r"no CUDA toolkit needed: (about [\d.]+ [KMG]B.* to download \(torch 2\.\d+\.\d+, \d+ NVIDIA wheels"
+                     r"|.*size unknown)", cuda["fallback"]), cuda["fallback"]
+    print(f"\n{cuda['fallback']}")
 
 
 # -- the command --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ read it; `test_prune_removes_the_created_env` removes it and so comes last of th
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -169,23 +170,30 @@ def created(tmp_path_factory):
     """torch 2.13 (CPU) created for real by pip, once per module."""
     root = tmp_path_factory.mktemp("store")
     said: list[str] = []
+    heard: list[str] = []
     with pytest.MonkeyPatch.context() as mp:
         envs = _use_store(mp, root)
         started = time.perf_counter()
-        env = ensure_env(CPU_213, say=said.append)
+        env = ensure_env(CPU_213, say=said.append, progress=heard.append)
         seconds = time.perf_counter() - started
-    print(f"\ncreated {CPU_213.key} in {seconds:.1f} s")
-    return root, envs, env, said
+    print(f"\ncreated {CPU_213.key} in {seconds:.1f} s; said: {said}; progress: {heard[:3]} ... {heard[-1:]}")
+    return root, envs, env, said, heard
 
 
 @pytest.mark.e2e
 @pytest.mark.creates_env
 def test_created_env_is_reused_found_and_listed(created, monkeypatch):
-    root, envs, env, said = created
+    root, envs, env, said, heard = created
     _use_store(monkeypatch, root)
     path, log = envs / CPU_213.key, envs / f"{CPU_213.key}.log"
     assert env.torch == (2, 13) and env.python == str(path / "bin" / "python")
     assert len(said) == 1 and "pip install 'torch==2.13.*'" in said[0] and "first time only" in said[0]
+    # What it downloads, sized from pip's dry run (or said to be unknown), before pip starts.
+    assert re.search(r" — (about [\d.]+ [KMG]B( plus \d+ files? of unknown size)? to download \(torch 2\.13\.\d\S*[ ,)]"
+                     r"|.* size unknown$)", said[0]), said[0]
+    # pip's progress, file by file against that total, then the install.
+    assert any("torch-2.13." in text and (" of " in text or " so far" in text) for text in heard), heard
+    assert heard[-1].startswith("installing ") and "Successfully installed" in log.read_text()
     marker = json.loads((path / MARKER).read_text())
     assert marker["requirement"] == "torch==2.13.*" and marker["torch_version"] == env.torch_version
     before = ((path / MARKER).stat().st_mtime_ns, log.stat().st_mtime_ns)
@@ -216,7 +224,7 @@ def test_created_env_is_reused_found_and_listed(created, monkeypatch):
 @pytest.mark.e2e
 @pytest.mark.creates_env
 def test_prune_removes_the_created_env(created, monkeypatch):
-    root, envs, env, _ = created
+    root, envs, env, *_ = created
     _use_store(monkeypatch, root)
     with pytest.raises(KbuildError, match=f"no managed build environment torch299-cpu .*known: {CPU_213.key}"):
         prune(keys=["torch299-cpu"])
@@ -377,10 +385,10 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
     """pip is asked (a dry run) what its configured index would install; on this machine's
     index torch 2.13 is CPU only (MACHINE.md), so torch213-cu130 is skipped with the reason
     and the answer is remembered; asking for it by name forgets it."""
-    from kernel_builder.environments import store as envstore
+    from kernel_builder.environments import download_cost, store as envstore
 
     monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
-    envstore._offered_compute.cache_clear()
+    download_cost._dry_run.cache_clear()
     spec = EnvSpec((2, 13), "cu130")
     offered = envstore._offered_compute(spec)
     if offered is None:
@@ -400,7 +408,7 @@ def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_
 
 
 def test_pip_reason_names_the_error_or_the_crash():
-    from kernel_builder.environments.store import pip_reason
+    from kernel_builder.environments.pip_run import pip_reason
 
     missing = "ERROR: Could not find a version that satisfies the requirement foo\nERROR: No matching distribution found for foo\n"
     assert pip_reason(missing) == "ERROR: No matching distribution found for foo"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 from kernel_builder.variants import Variant
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from kernel_builder.compile.cmake import CompileSpec
@@ -73,6 +74,16 @@ class Backend(ABC):
         if isinstance(answer, Unavailable):
             return answer.reason
         return f"kbuild cannot make a {self.name} build environment"
+
+    def prepare(self, job: "BuildJob", say: "Callable[[str], None]", progress: "Callable[[str], None]") -> None:
+        """Install what the job's toolchain needs into its environment before anything else
+        (the CUDA compiler wheels): `say` hears once what it downloads and how big,
+        `progress` what pip is doing. By default nothing is needed."""
+
+    def fallback(self) -> str | None:
+        """How this backend builds here without the toolchain it lacks, with what that
+        downloads (`kbuild doctor` says it; it may ask pip, for seconds), or None."""
+        return None
 
     def device_check_possible(self) -> bool:
         """Whether, with no variant buildable here, `device_check` can still compile the

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, dotted, tool_version
@@ -30,9 +31,9 @@ from kernel_builder.compile.backends.common import (
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
-from kernel_builder.environments import cuda_wheels
+from kernel_builder.environments import cuda_wheels, download_cost
 from kernel_builder.environments.probe import BuildEnv
-from kernel_builder.environments.store import is_managed_env
+from kernel_builder.environments.store import EnvSpec, creation_cost, find_env, is_managed_env, pypi_flavour
 from kernel_builder.errors import BuildError, KbuildError
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.variants import Variant, parse_version
@@ -47,6 +48,68 @@ NVCC_MISSING = (
     f"nvcc not found in $CUDA_HOME/bin, on PATH or in {STANDARD_CUDA_HOME}/bin "
     "(install the CUDA toolkit, or set CUDA_HOME to its folder)"
 )
+
+
+@dataclass(frozen=True)
+class WheelRoute:
+    """The CUDA variant that builds here without a system toolkit, with NVIDIA's compiler
+    wheels in its managed environment, and what that downloads (None: not known yet)."""
+
+    variant: Variant
+    cost: download_cost.DownloadCost | None
+
+    def command(self) -> str:
+        return f"kbuild build --variant {self.variant.name}"
+
+    def size(self) -> str:
+        """'about 3.1 GB, once', or 'downloaded once' while the size is unknown."""
+        if self.cost is None or self.cost.size_text() == "size unknown":
+            return "downloaded once"
+        return f"{self.cost.size_text()}, once"
+
+    def hint(self) -> str:
+        """What a message that says nvcc is missing adds."""
+        return f"; or build with NVIDIA's compiler wheels ({self.size()}): {self.command()}"
+
+
+def wheel_route(manifest: Manifest | None = None, cached_only: bool = True) -> WheelRoute | None:
+    """The newest torch of the default matrix for this platform (within the kernel's bounds)
+    that ships a CUDA release NVIDIA publishes compiler wheels of; of one torch's releases,
+    the one PyPI serves. Its cost comes from pip's dry runs: with `cached_only`
+    (messages, which must stay cheap) only those already made."""
+    candidates = [
+        variant for cuda in cuda_wheels.WHEEL_RELEASES
+        if cuda_bounds_reason(manifest, cuda) is None and (variant := host_default(manifest, "cuda", cuda)) is not None
+    ]
+    if not candidates:
+        return None
+
+    def preference(variant: Variant) -> tuple:
+        return variant.torch, pypi_flavour(variant.torch) == variant.compute, variant.backend_version
+
+    variant = max(candidates, key=preference)
+    return WheelRoute(variant, _route_cost(variant, cached_only))
+
+
+def _route_cost(variant: Variant, cached_only: bool) -> download_cost.DownloadCost | None:
+    """The environment's torch (unless made) plus the compiler wheels (unless there)."""
+    cuda = variant.backend_version
+    assert cuda is not None
+    spec = EnvSpec.for_variant(variant)
+    env = find_env(spec)
+    if env is not None and cuda_wheels.wheel_nvcc(env, cuda):
+        return download_cost.DownloadCost(())
+    wheels = cuda_wheels.wheels_cost(cuda, cached_only)
+    if wheels is None or env is not None:
+        return wheels
+    torch = creation_cost(spec, cached_only=cached_only)
+    return None if torch is None else torch + wheels
+
+
+def nvcc_missing(manifest: Manifest | None = None) -> str:
+    """NVCC_MISSING, with the variant that builds with NVIDIA's wheels instead."""
+    route = wheel_route(manifest)
+    return NVCC_MISSING + (route.hint() if route else "")
 
 
 def _wheels_hint(cuda: tuple[int, int]) -> str:
@@ -240,7 +303,7 @@ class CudaBackend(Backend):
         if have != cuda and _wheels_would_serve(cuda, managed):
             return cuda_bounds_reason(manifest, cuda)  # the build installs nvcc from wheels
         if nvcc is None:
-            return NVCC_MISSING + _wheels_hint(cuda)
+            return nvcc_missing(manifest) + _wheels_hint(cuda)
         if have is None:
             return f"{nvcc} --version did not report a CUDA release"
         # Same release as torch's CUDA: torch's CUDA headers (nvidia wheels) and nvcc must
@@ -273,7 +336,7 @@ class CudaBackend(Backend):
         nvcc = nvcc_path()
         have = nvcc_version(nvcc) if nvcc else None
         if have is None:
-            return Unavailable(self.name, NVCC_MISSING)
+            return Unavailable(self.name, nvcc_missing(manifest))
         reason = cuda_bounds_reason(manifest, have)
         if reason:
             return Unavailable(self.name, reason)
@@ -290,11 +353,18 @@ class CudaBackend(Backend):
         path = nvcc_path()
         version = nvcc_version(path) if path else None
         if version is None:
-            return Toolchain(self.tool, missing=f"{path} --version did not report a CUDA release" if path else NVCC_MISSING)
+            return Toolchain(self.tool, missing=f"{path} --version did not report a CUDA release" if path else nvcc_missing())
         archs = sorted(nvcc_architectures(path), key=parse_version)
         detail = f"compiles for compute capability {archs[0]} to {archs[-1]}" if archs else None
         # nvcc's first line names the driver, not the release: the version says it.
         return Toolchain(self.tool, path, dotted(version), detail=detail)
+
+    def fallback(self) -> str | None:
+        route = wheel_route(cached_only=False)
+        if route is None:
+            return None
+        size = "size unknown" if route.cost is None else route.cost.describe(["torch"])
+        return f"{route.command()} builds with NVIDIA's compiler wheels, no CUDA toolkit needed: {size}, once"
 
     def toolchain_ids(self) -> tuple[str, ...]:
         nvcc = nvcc_path()
@@ -314,15 +384,28 @@ class CudaBackend(Backend):
                 for c in effective_capabilities(u, cuda, supported)}
         return tuple(sorted(caps, key=lambda c: (parse_version(c), c)))
 
+    def prepare(self, job, say, progress) -> None:
+        """Install the compiler wheels of the job's release into its managed environment
+        when nothing else has that release, saying what they cost (job_nvcc would install
+        them silently)."""
+        if job.compiled and self._wheels_needed(job):
+            cuda_wheels.install(job.env, job.variant.backend_version, say, progress)
+
+    def _wheels_needed(self, job) -> bool:
+        """No nvcc of the job's release, and kbuild may install its wheels into the job's environment."""
+        cuda = job.variant.backend_version
+        nvcc = nvcc_for(cuda, job.env)
+        return (nvcc is None or nvcc_version(nvcc) != cuda) and _wheels_would_serve(cuda, is_managed_env(job.env))
+
     def job_nvcc(self, job) -> str:
         """The job's nvcc (nvcc_for), after installing the wheels of its release into its
         managed environment when nothing else has that release."""
         cuda = job.variant.backend_version
         nvcc = nvcc_for(cuda, job.env)
-        if (nvcc is None or nvcc_version(nvcc) != cuda) and _wheels_would_serve(cuda, is_managed_env(job.env)):
+        if self._wheels_needed(job):
             nvcc = cuda_wheels.install(job.env, cuda)
         if nvcc is None:
-            raise BuildError(NVCC_MISSING + _wheels_hint(cuda))
+            raise BuildError(nvcc_missing(job.manifest) + _wheels_hint(cuda))
         if nvcc == cuda_wheels.wheel_nvcc(job.env, cuda):
             cuda_wheels.complete_layout(Path(nvcc).parent.parent, cuda)
         return nvcc

@@ -1,0 +1,81 @@
+"""pip's download progress (environments.pip_run), read from real pip output: captured
+from real installs of small packages (tests/fixtures/pip-output/: pip 23.2 into a pipe, as
+a new venv's pip prints; pip 26.3 with --progress-bar raw; pip 23.2 from a local file
+index), and from a real install into a new venv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_builder.environments.pip_run import PipProgress, amount, progress_args, run_logged
+
+OUTPUT = Path(__file__).resolve().parents[1] / "fixtures" / "pip-output"
+# Sizes as an announcement would give them (pygments' is the one pip's raw progress reports).
+SIZES = {"rich-14.0.0-py3-none-any.whl": 243_229, "markdown_it_py-3.0.0-py3-none-any.whl": 87_528,
+         "mdurl-0.1.2-py3-none-any.whl": 9_979, "pygments-2.19.1-py3-none-any.whl": 1_225_293}
+TOTAL = sum(SIZES.values())
+
+
+def _texts(name: str, tracker: PipProgress) -> list[str]:
+    return [text for line in (OUTPUT / name).read_text().splitlines() if (text := tracker.feed(line))]
+
+
+def test_old_pip_moves_file_by_file_against_the_announced_total():
+    tracker = PipProgress(SIZES, TOTAL)
+    texts = _texts("pip-23.2-piped.txt", tracker)
+    assert texts[0] == "downloading rich-14.0.0-py3-none-any.whl: 0.0 of 1.6 MB"
+    assert "downloading rich-14.0.0-py3-none-any.whl: 0.2 of 1.6 MB" in texts  # its finished bar
+    assert "downloading pygments-2.19.1-py3-none-any.whl: 0.3 of 1.6 MB" in texts  # three files done
+    assert texts[-1] == "installing 4 packages"
+    assert tracker.done_bytes == TOTAL
+
+
+def test_raw_progress_counts_bytes_within_a_file():
+    tracker = PipProgress(SIZES, TOTAL)
+    texts = _texts("pip-26.3-raw.txt", tracker)
+    pygments = [t for t in texts if t.startswith("downloading pygments")]
+    assert pygments == ["downloading pygments-2.19.1-py3-none-any.whl: 0.3 of 1.6 MB"] * 2 + [
+        "downloading pygments-2.19.1-py3-none-any.whl: 0.6 of 1.6 MB",
+        "downloading pygments-2.19.1-py3-none-any.whl: 1.6 of 1.6 MB",
+    ]
+    assert tracker.done_bytes == TOTAL
+
+
+def test_local_files_and_an_unknown_total():
+    tracker = PipProgress()
+    texts = _texts("pip-23.2-local-index.txt", tracker)
+    assert texts == ["using local idna-3.20-py3-none-any.whl: 0 B so far", "installing 1 package"]
+    assert amount(1_234_000_000, 5_400_000_000) == "1.2 of 5.4 GB"
+    assert amount(1_234_000, None) == "1.2 MB so far"
+
+
+def test_updates_are_throttled_and_the_log_gets_everything(tmp_path):
+    """A command printing pip's lines fast: every line in the log, at most one update per interval."""
+    lines = (OUTPUT / "pip-26.3-raw.txt").read_text()
+    script = f"import sys\nsys.stdout.write({lines!r})\n"
+    heard: list[str] = []
+    log = tmp_path / "pip.log"
+    assert run_logged([[sys.executable, "-c", script]], log, heard.append, PipProgress(SIZES, TOTAL), interval=3600)
+    assert heard == ["downloading rich-14.0.0-py3-none-any.whl: 0.0 of 1.6 MB"], "one update within the interval"
+    assert log.read_text().endswith(lines) and log.read_text().startswith("$ ")
+    assert not run_logged([[sys.executable, "-c", "raise SystemExit(3)"]], log)
+
+
+@pytest.mark.e2e
+def test_a_real_install_into_a_new_venv_reports_progress(tmp_path):
+    """A new venv's own pip (raw progress where it is >= 24.1), a small package from pip's
+    configured indexes: progress names the file, the log holds pip's whole output."""
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    heard: list[str] = []
+    log = tmp_path / "pip.log"
+    command = [python, "-m", "pip", "install", "--no-cache-dir", *progress_args(python), "idna==3.*"]
+    if not run_logged([command], log, heard.append, interval=0):
+        pytest.skip(f"pip could not install idna here: {log.read_text()[-300:]}")
+    assert any("idna-3." in text and (" so far" in text) for text in heard), heard
+    assert heard[-1] == "installing 1 package"
+    assert "Successfully installed idna-3." in log.read_text()
