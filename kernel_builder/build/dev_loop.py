@@ -14,6 +14,7 @@ or of the kernel's tests/, until it is stopped."""
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
@@ -174,9 +175,11 @@ def watch(
     changes: Iterable[set[tuple[object, str]]] | None = None,
     on_change: Callable[[list[Path]], None] = lambda paths: None,
 ) -> int:
-    """Run `one_round` now and again after each save of a watched file, until `stop` is
-    set, `max_runs` rounds have run or `changes` ends; the number of rounds run. `changes`
-    (default: watchfiles on the kernel folder) yields batches of (change, path)."""
+    """Run `one_round` now and again after saves of watched files, until `stop` is set,
+    `max_runs` rounds have run or `changes` ends; the number of rounds run. `changes`
+    (default: watchfiles on the kernel folder) yields batches of (change, path). It is read
+    from the start, in a thread: a save during a round starts the next one, and all the
+    saves made during one round start one round, not one each."""
     import watchfiles
 
     tests_dir = (setup.kernel_dir / "tests").resolve()
@@ -184,23 +187,41 @@ def watch(
     if changes is None:
         # The folder, not the files: editors save by writing a new file and renaming it over
         # the old one, which a watch on the old file's inode misses.
-        changes = watchfiles.watch(
-            setup.kernel_dir, stop_event=stop, debounce=DEBOUNCE_MS, step=STEP_MS, raise_interrupt=True,
-        )
-    runs = 0
-    one_round()
-    runs += 1
-    files = watched_files(setup)
-    for batch in changes:
-        if stop.is_set() or (max_runs is not None and runs >= max_runs):
-            break
-        saved = sorted({Path(p) for _, p in batch if is_watched(Path(p), files, tests_dir)})
-        if not saved:
-            continue
-        on_change(saved)
+        changes = watchfiles.watch(setup.kernel_dir, stop_event=stop, debounce=DEBOUNCE_MS, step=STEP_MS)
+    pending: queue.Queue = queue.Queue()
+
+    def feed() -> None:
+        try:
+            for batch in changes:
+                pending.put(batch)
+        except BaseException as e:  # re-raised where the rounds run
+            pending.put(e)
+        pending.put(None)
+
+    threading.Thread(target=feed, name="kbuild-dev-watch", daemon=True).start()
+    try:
         one_round()
-        runs += 1
-        files = watched_files(setup)  # build.toml may now list other sources
-        if max_runs is not None and runs >= max_runs:
-            break
-    return runs
+        runs = 1
+        files = watched_files(setup)
+        while not stop.is_set() and (max_runs is None or runs < max_runs):
+            try:
+                batches = [pending.get(timeout=0.2)]
+            except queue.Empty:
+                continue
+            while not pending.empty():
+                batches.append(pending.get_nowait())
+            ended = None in batches
+            for item in batches:
+                if isinstance(item, BaseException):
+                    raise item
+            saved = sorted({Path(p) for b in batches if b for _, p in b if is_watched(Path(p), files, tests_dir)})
+            if saved:
+                on_change(saved)
+                one_round()
+                runs += 1
+                files = watched_files(setup)  # build.toml may now list other sources
+            if ended:
+                break
+        return runs
+    finally:
+        stop.set()  # ends watchfiles' watch, and so the thread
