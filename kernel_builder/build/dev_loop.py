@@ -15,6 +15,7 @@ or of the kernel's tests/, until it is stopped."""
 from __future__ import annotations
 
 import queue
+import shutil
 import sys
 import threading
 import time
@@ -44,7 +45,8 @@ DEBOUNCE_MS, STEP_MS = 1600, 50
 
 def dev_build_dir(manifest: Manifest) -> Path:
     """The development builds' build/ folder for this kernel, in kbuild's cache. Its parent
-    stands in for the kernel repo in LOCAL_KERNELS, as kernels reads <repo>/build/<variant>."""
+    stands in for the kernel repo while the tests run (stand_in_repo), and in LOCAL_KERNELS,
+    as kernels reads <repo>/build/<variant>."""
     return cache_dir("dev", short_key(str(manifest.root.resolve()))) / "build"
 
 
@@ -135,14 +137,34 @@ def run_round(setup: DevSetup, *, capture: bool = False, on_wait: Callable[[str]
             job = failed[0]
             excerpt = first_error_excerpt(_read(job.log), setup.kernel_dir) or [job.detail]
             return DevRound(name, job.label, time.perf_counter() - started, "failed", job.seconds, job.log, excerpt)
-        tests = run_tests_on_build(
-            setup.kernel_dir, manifest, build_dir=setup.build_dir, pytest_args=setup.pytest_args, capture=capture,
-        )
+        repo = stand_in_repo(setup)
+        tests = run_tests_on_build(repo, manifest, build_dir=repo / "build", pytest_args=setup.pytest_args, capture=capture)
     except KbuildError as e:
         if getattr(e, "signal_number", None):  # Ctrl-C during the build ends the loop, not the round
             raise
         return DevRound(name, None, time.perf_counter() - started, "error", error=[e.message], error_exit=e.exit_code)
     return DevRound(name, job.label, time.perf_counter() - started, job.status, job.seconds, job.log, tests=tests)
+
+
+def stand_in_repo(setup: DevSetup) -> Path:
+    """The folder the tests run in: the dev build's build/, a fresh copy of tests/, and a link
+    to every other entry of the kernel repo. Tests find a kernel's build from their own file
+    (`Path(__file__).resolve().parents[1] / "build"`, as examples/ and `kbuild init` write
+    them), and resolve() sees through a link, so tests/ is a copy."""
+    repo = setup.build_dir.parent
+    for entry in repo.iterdir():
+        if entry.name == "build":
+            continue
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink()
+        else:
+            shutil.rmtree(entry)
+    for entry in setup.kernel_dir.resolve().iterdir():
+        if entry.name == "tests":
+            shutil.copytree(entry, repo / "tests", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        elif entry.name != "build":
+            (repo / entry.name).symlink_to(entry)
+    return repo
 
 
 def _read(log: str | None) -> str:
