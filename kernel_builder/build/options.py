@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -62,6 +63,9 @@ class BuildOptions:
     strict_abi: bool = False  # --strict-abi: symbol versions beyond manylinux_2_28 fail a variant
     runner: str = "local"  # --runner: local or docker (kernel_builder.runners)
     base_image: str | None = None  # --base-image: the docker runner's base (default: $KBUILD_DOCKER_BASE_IMAGE, manylinux)
+    # --cuda-arch: compile CUDA variants for these architectures only ("9.0" or "8.0,9.0"; a
+    # development build, `kbuild dev`), in a work tree of their own; () compiles the kernel's list.
+    cuda_arch: tuple[str, ...] | str = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))  # a list from a caller
@@ -79,6 +83,9 @@ class BuildOptions:
                              "(the docker runner's builds use ccache): drop them or use --runner local")
         if self.base_image is not None and self.runner != "docker":
             raise UsageError("--base-image is the base of the docker runner's images: add --runner docker")
+        object.__setattr__(self, "cuda_arch", parse_cuda_arch(self.cuda_arch))
+        if self.cuda_arch and self.runner != "local":
+            raise UsageError("--cuda-arch restricts a local build to this machine's GPU: drop it or use --runner local")
 
     def _cache_choice(self) -> bool | CacheRequest | None:
         if self.compiler_cache_tool is None and self.dist_scheduler is None:
@@ -95,3 +102,13 @@ class BuildOptions:
         """The build environments these options ask for (probes --env); `say` hears of
         environments being created."""
         return EnvChooser.from_options(self.env, create=self.create_env, index=self.torch_index, say=say)
+
+
+def parse_cuda_arch(value: tuple[str, ...] | str) -> tuple[str, ...]:
+    """--cuda-arch "8.0,9.0a" (or a tuple of them) as ("8.0", "9.0a"); anything else is a
+    one-line UsageError naming the flag."""
+    archs = tuple(a.strip() for a in (value.split(",") if isinstance(value, str) else value) if a.strip())
+    for arch in archs:
+        if not re.fullmatch(r"\d+\.\d+[a-z]?", arch):
+            raise UsageError(f"--cuda-arch takes compute capabilities such as 9.0 or 8.0,9.0a, got {arch!r}")
+    return tuple(dict.fromkeys(archs))

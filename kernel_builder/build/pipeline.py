@@ -50,6 +50,7 @@ def build_kernel(
     chooser: EnvChooser | None = None,
     progress: Progress | None = None,
     on_wait: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    ops_id: str | None = None,
 ) -> tuple[Manifest, BuildReport]:
     """Build `kernel_dir` as `options` say (default: BuildOptions(), this machine's variants
     into KERNEL_DIR/build). Selected variants this machine cannot build are skipped with
@@ -58,7 +59,8 @@ def build_kernel(
 
     `chooser` gives the build environments (default: `options.env_chooser()`); `progress`
     shows the jobs. Another build of the same kernel or into the same output folder runs
-    first; `on_wait` says so once (and reports image builds)."""
+    first; `on_wait` says so once (and reports image builds). `ops_id` is not a user's option:
+    kbuild dev's builds, never published, fix their op namespace with it (plan_build)."""
     started = time.perf_counter()
     options = options or BuildOptions()
     # A missing tool, or a scheduler that does not answer, fails here (asked once: it is a request).
@@ -81,7 +83,10 @@ def build_kernel(
                 manifest, out, requested, options.compiler_cache, lambda: settings, on_wait, style, options.base_image
             )
         else:
-            plan = plan_build(manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style)
+            plan = plan_build(
+                manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style,
+                cuda_arch=options.cuda_arch, ops_id=ops_id,
+            )
             skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
             tasks = [_Task(j.variant.name, j.backend, lambda j=j: run_job(j, chooser, settings)) for j in plan.jobs]
             tasks += [

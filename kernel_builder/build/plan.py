@@ -93,6 +93,16 @@ def kernel_work_root(manifest: Manifest) -> Path:
     return cache_dir("work", short_key(str(manifest.root.resolve())))
 
 
+def work_tree(work_root: Path, variant: Variant, cuda_arch: tuple[str, ...] = (), ops_id: str | None = None) -> Path:
+    """One work tree per kind of compile: the same for both styles of a name (renaming
+    recompiles nothing), its own for a fixed op namespace or a --cuda-arch build, so switching
+    between a development build and the release build recompiles neither."""
+    name = variant.with_style(Style.LEGACY).name
+    if ops_id:
+        name += f"-{ops_id}"
+    return work_root / (f"{name}-sm{'-'.join(a.replace('.', '') for a in cuda_arch)}" if cuda_arch else name)
+
+
 def plan_build(
     manifest: Manifest,
     chooser: EnvChooser,
@@ -100,6 +110,8 @@ def plan_build(
     requested: tuple[str | Variant, ...] = (),
     skip_unbuildable: bool = False,
     style: Style = Style.LEGACY,
+    cuda_arch: tuple[str, ...] = (),
+    ops_id: str | None = None,
 ) -> Plan:
     """The jobs for `manifest` on this machine; with `requested`, exactly those variants
     (names of either style), else this machine's, named in `style`.
@@ -107,15 +119,19 @@ def plan_build(
     `skip_unbuildable` a skip that says why (`--matrix`).
 
     A job whose variant needs a managed environment carries env=None; the build creates
-    or finds that environment when the job runs (kbuild.build), not while planning."""
+    or finds that environment when the job runs (kbuild.build), not while planning.
+    `cuda_arch` restricts the CUDA jobs to those architectures (work_tree). `ops_id` replaces
+    the source hash in the op namespace (kbuild dev's `dev`: an edit then changes no compile
+    flag, so Ninja recompiles only the files it touches), in work trees of its own."""
     kernel_id, source = kernel_identity(manifest)
+    kernel_id = ops_id or kernel_id
     work_root = kernel_work_root(manifest)
 
     def job(variant: Variant) -> BuildJob:
         env = chooser.primary if variant.kind is Kind.NOARCH or chooser.primary_builds(variant) else None
-        # One work tree per build, whatever its name's style: renaming recompiles nothing.
-        work_dir = work_root / variant.with_style(Style.LEGACY).name
-        return BuildJob(manifest, env, variant, variant.backend, kernel_id, source, out_dir, work_dir)
+        archs = cuda_arch if variant.backend == "cuda" and variant.kind is not Kind.NOARCH else ()
+        work_dir = work_tree(work_root, variant, archs, ops_id)
+        return BuildJob(manifest, env, variant, variant.backend, kernel_id, source, out_dir, work_dir, archs)
 
     if requested:
         variants, skipped = {}, []

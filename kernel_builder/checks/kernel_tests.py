@@ -77,6 +77,16 @@ class TestRun:
             line += f" ({c['needs_device']} need a device this machine lacks)"
         return line
 
+    def lines(self) -> list[str]:
+        """What `kbuild test` and `kbuild dev` print after pytest's output: the summary, the
+        skips by reason, the test imports left out."""
+        lines = [self.summary()]
+        lines += [f"  skipped {s['count']}: {s['reason']}" for s in self.skipped]
+        lines += [f"  not installed (the tests importing it cannot run): {n['reason']}" for n in self.not_installed]
+        if self.exit_code == 5:
+            lines.append("no tests found in tests/")
+        return lines
+
 
 # -- what the tests need -----------------------------------------------------------------
 def packages_tests_import(tests_dir: Path, python_name: str) -> list[str]:
@@ -146,18 +156,19 @@ def machine_selection(manifest: Manifest) -> str:
     return f"backend={system.backend}{torch}"
 
 
-def choose_variant(kernel_dir: Path, variant: str | None) -> Path:
-    """The built variant folder to test: `variant` under build/, else the one the runtime
-    would load on this machine."""
+def choose_variant(kernel_dir: Path, variant: str | None, build_dir: Path | None = None) -> Path:
+    """The built variant folder to test: `variant` under `build_dir` (default KERNEL_DIR/build),
+    else the one the runtime would load on this machine."""
     from kernel_builder.runtime.loader import find_variant
 
+    build_dir = build_dir or kernel_dir / "build"
     if variant is not None:
-        folder = kernel_dir / "build" / variant
+        folder = build_dir / variant
         if not (folder / "metadata.json").is_file():
-            raise UsageError(f"variant {variant} is not built in {kernel_dir / 'build'} and could not be built here")
+            raise UsageError(f"variant {variant} is not built in {build_dir} and could not be built here")
         return folder
     try:
-        return find_variant(kernel_dir)
+        return find_variant(build_dir)
     except Exception as e:  # the loader's one-line KernelLoadError
         raise KbuildError(f"no built variant of {kernel_dir} loads on this machine: {e}") from None
 
@@ -239,9 +250,9 @@ def run_kernel_tests(
     base_python: str,
     capture: bool = False,
 ) -> TestRun:
-    """Run KERNEL_DIR/tests against `variant_dir` in a test environment layered on
-    `base_python` (the variant's build environment). pytest's output streams through unless
-    `capture` (then it goes to stderr, keeping stdout for --json)."""
+    """Run KERNEL_DIR/tests against `variant_dir` (a folder of some build/) in a test
+    environment layered on `base_python` (the variant's build environment). pytest's output
+    streams through unless `capture` (then it goes to stderr, keeping stdout for --json)."""
     kernel_dir = kernel_dir.resolve()
     tests_dir = tests_folder(kernel_dir)
     variant = variant_dir.name
@@ -259,7 +270,9 @@ def run_kernel_tests(
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # the runtime re-hashes variants: no __pycache__ in them
-        env["LOCAL_KERNELS"] = ":".join(f"{rid}={kernel_dir}" for rid in local_kernel_ids(manifest, tests_dir))
+        # kernels reads LOCAL_KERNELS' paths as repos holding build/<variant>: the variant's build/ is in that one.
+        repo = Path(os.path.abspath(variant_dir)).parent.parent
+        env["LOCAL_KERNELS"] = ":".join(f"{rid}={repo}" for rid in local_kernel_ids(manifest, tests_dir))
         command = [python, "-m", "pytest", str(tests_dir), "-p", "no:cacheprovider", f"--junitxml={junit}", *pytest_args]
         code = subprocess.run(command, cwd=kernel_dir, env=env, stdout=sys.stderr if capture else None).returncode
         counts, skipped, failures = read_junit(junit)

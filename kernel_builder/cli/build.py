@@ -117,6 +117,11 @@ def build(
     dist_fallback_local: bool = typer.Option(
         False, "--dist-fallback-local", help="Compile here when the --dist-scheduler does not answer (default: fail).",
     ),
+    cuda_arch: Optional[str] = typer.Option(
+        None, "--cuda-arch", metavar="X.Y[,X.Y]",
+        help="Compile CUDA variants for these architectures only (a development build for one GPU, as `kbuild dev` "
+        "makes; it replaces a full build in the output folder, so give it its own --out).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report (every job, its checks, cache hits) on stdout."),
 ) -> None:
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
@@ -134,7 +139,7 @@ def build(
         env=env, create_env=create_env, torch_index=torch_index, jobs=jobs, max_jobs=max_jobs,
         nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, compiler_cache_tool=compiler_cache_tool,
         dist_scheduler=dist_scheduler, dist_token=dist_token, dist_fallback_local=dist_fallback_local, fail_fast=fail_fast,
-        import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image,
+        import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image, cuda_arch=cuda_arch or (),
     )
     compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
     manifest, report = build_kernel(

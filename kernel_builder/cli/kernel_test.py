@@ -1,5 +1,5 @@
 """`kbuild test [KERNEL_DIR] [--variant V] [--json] [-- PYTEST_ARGS]`: build what is missing,
-then run the kernel's own tests against the built variant (kernel_builder.checks.kernel_tests)."""
+then run the kernel's own tests against the built variant (kernel_builder.build.build_then_test)."""
 
 from __future__ import annotations
 
@@ -26,37 +26,18 @@ def test(
     installed in a cached test environment."""
     from rich.markup import escape
 
-    from kernel_builder.build.options import BuildOptions
-    from kernel_builder.build.pipeline import build_kernel
-    from kernel_builder.checks.kernel_tests import choose_variant, machine_selection, run_kernel_tests, tests_folder, variant_python
-
-    from kernel_builder.kernel.manifest import load_manifest
+    from kernel_builder.build.build_then_test import build_for_tests, failed_jobs, run_tests_on_build
 
     console = _console(stderr=True)
-    tests_folder(kernel_dir)
-    matrix = None if variant else machine_selection(load_manifest(kernel_dir))
-    manifest, report = build_kernel(
-        kernel_dir, BuildOptions(variants=(variant,) if variant else (), matrix=matrix),
-        on_wait=lambda m: console.print(escape(m)),
-    )
-    failed = [r for r in report.results if r.status == "failed"]
+    manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=lambda m: console.print(escape(m)))
+    failed = failed_jobs(report)
     if failed:  # testing an older build instead would report on code that is not the source's
         raise KbuildError(f"building {', '.join(r.label for r in failed)} failed: {failed[0].detail}; `kbuild build` shows the log")
-    variant_dir = choose_variant(kernel_dir, variant)
-    run = run_kernel_tests(
-        kernel_dir, manifest, variant_dir, tuple(pytest_args or ()),
-        base_python=variant_python(variant_dir.name), capture=as_json,
-    )
+    run = run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args or (), capture=as_json)
     if as_json:
         print_json(run.to_json())
     else:
-        console.print(escape(run.summary()))
-        for s in run.skipped:
-            console.print(escape(f"  skipped {s['count']}: {s['reason']}"))
-        for n in run.not_installed:
-            console.print(escape(f"  not installed (the tests importing it cannot run): {n['reason']}"))
-    if run.exit_code == 5:
-        console.print(escape(f"no tests found in {kernel_dir / 'tests'}"))
+        console.print(escape("\n".join(run.lines())))
     if run.exit_code:
         raise typer.Exit(run.exit_code)
 

@@ -21,6 +21,9 @@ class BuildJob:
     source: GitState | None
     out_dir: Path  # the build/ folder; the job writes out_dir/<variant>/
     work_dir: Path  # the generated CMake project and its build tree (in the cache)
+    # --cuda-arch: the only CUDA architectures to compile (a development build); () for all
+    # of the kernel's, and always () for other backends.
+    cuda_arch: tuple[str, ...] = ()
 
     def with_env(self, env: BuildEnv) -> "BuildJob":
         return replace(self, env=env)

@@ -14,7 +14,7 @@ from rich.table import Table
 from conftest import kbuild_in_process
 from cuda_toolkit import NVCC, needs_nvcc
 from kernel_builder.cli.output import print_table
-from kernel_builder.compile.diagnostics import CompilerError, compiler_errors
+from kernel_builder.compile.diagnostics import CompilerError, compiler_errors, first_error_excerpt
 from kernel_builder.runners.progress import GithubProgress, github_error, progress_for
 
 BROKEN = "int scale(int x) {\n  return x * missing_factor;\n}\nint twice(int x) { return x + ; }\n"
@@ -44,6 +44,26 @@ def test_nvcc_errors_are_found_once_each(tmp_path):
     errors = compiler_errors(log)
     assert [(e.file, e.line) for e in errors] == [(str(tmp_path / "broken.cu"), 2), (str(tmp_path / "broken.cu"), 4)]
     assert "missing_factor" in errors[0].message
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_the_first_gcc_error_comes_with_its_source_line_and_caret_relative_to_the_kernel(tmp_path):
+    log = "[1/3] Building CXX object a.o\nFAILED: a.o\n" + _compile(tmp_path, ["g++"], "broken.cpp") + "ninja: build stopped\n"
+    excerpt = first_error_excerpt(log, tmp_path)
+    assert len(excerpt) == 3, excerpt
+    # gcc quotes the name as its locale says: 'x' or ‘x’.
+    assert excerpt[0].startswith("broken.cpp:2:14: error: ") and "missing_factor" in excerpt[0]
+    assert excerpt[1].strip() == "2 |   return x * missing_factor;" and excerpt[2].strip().startswith("| ")
+    assert "^" in excerpt[2]
+    assert first_error_excerpt("CMake Error at CMakeLists.txt:3 (project):\n", tmp_path) == []
+
+
+def test_the_first_nvcc_error_is_spelled_file_line_with_nvccs_source_line_and_caret(tmp_path):
+    log = (f"{tmp_path}/k/kernel.cu(2): error: identifier \"missing_factor\" is undefined\n"
+           "    return x * missing_factor;\n               ^\n\n1 error detected\n")
+    assert first_error_excerpt(log, tmp_path) == [
+        'k/kernel.cu:2: error: identifier "missing_factor" is undefined', "    return x * missing_factor;", "               ^",
+    ]
 
 
 def test_annotations_name_the_file_relative_to_the_checkout(tmp_path):

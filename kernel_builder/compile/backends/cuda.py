@@ -34,7 +34,7 @@ from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.environments import cuda_wheels, download_cost
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.environments.store import EnvSpec, creation_cost, find_env, is_managed_env, pypi_flavour
-from kernel_builder.errors import BuildError, KbuildError
+from kernel_builder.errors import BuildError, KbuildError, UsageError
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.variants import Variant, parse_version
 
@@ -219,9 +219,16 @@ def _base(capability: str) -> str:
     return re.sub(r"[a-z]$", "", capability.removesuffix("+PTX"))
 
 
-def effective_capabilities(unit: KernelUnit, cuda: tuple[int, int], supported: frozenset[str]) -> tuple[str, ...]:
-    """The unit's capabilities (or the defaults) that this nvcc can compile, in order."""
+def effective_capabilities(
+    unit: KernelUnit, cuda: tuple[int, int], supported: frozenset[str], only: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """The unit's capabilities (or the defaults) that this nvcc can compile, in order.
+    `only` (a build's --cuda-arch) replaces them with those architectures, keeping the unit's
+    own spelling of one it lists (9.0a: its code may need the arch-specific features), never
+    +PTX (a development build runs on the GPU it was compiled for)."""
     wanted = unit.cuda_capabilities or default_capabilities(cuda)
+    if only:
+        return tuple(restricted(wanted, only, cuda, supported))
     kept = tuple(c for c in wanted if _base(c) in supported)
     if not kept:
         have = ", ".join(sorted(supported, key=parse_version)) or "none"
@@ -230,6 +237,23 @@ def effective_capabilities(unit: KernelUnit, cuda: tuple[int, int], supported: f
             f"none of them (it compiles for {have}); list capabilities this CUDA supports"
         )
     return kept
+
+
+def restricted(wanted: tuple[str, ...], only: tuple[str, ...], cuda: tuple[int, int], supported: frozenset[str]):
+    """Each of `only`, as `wanted` spells it where it lists that architecture."""
+    for arch in only:
+        if _base(arch) not in supported:
+            raise UsageError(unsupported_arch(arch, cuda, supported))
+        listed = [c.removesuffix("+PTX") for c in wanted if _base(c) == _base(arch)]
+        yield listed[0] if listed and arch == _base(arch) else arch
+
+
+def unsupported_arch(arch: str, cuda: tuple[int, int] | None, supported: frozenset[str]) -> str:
+    """One line: --cuda-arch `arch` is not one this nvcc compiles for."""
+    have = sorted(supported, key=parse_version)
+    span = f"{have[0]} to {have[-1]}" if have else "nothing"
+    release = f" {cuda[0]}.{cuda[1]}" if cuda else ""
+    return f"--cuda-arch {arch}: nvcc{release} cannot compile for it (it compiles for {span}); name one of those"
 
 
 def gencode_flags(capabilities: tuple[str, ...]) -> tuple[str, ...]:
@@ -381,7 +405,7 @@ class CudaBackend(Backend):
         cuda = job.variant.backend_version
         supported = nvcc_architectures(self.job_nvcc(job))
         caps = {c.removesuffix("+PTX") for u in units_for_version(job.manifest, cuda)
-                for c in effective_capabilities(u, cuda, supported)}
+                for c in effective_capabilities(u, cuda, supported, job.cuda_arch)}
         return tuple(sorted(caps, key=lambda c: (parse_version(c), c)))
 
     def prepare(self, job, say, progress) -> None:
@@ -417,7 +441,7 @@ class CudaBackend(Backend):
         supported = nvcc_architectures(nvcc)
         groups = [binding_group(manifest, CXX_SUFFIXES)]
         for unit in units_for_version(manifest, cuda):
-            device_flags = gencode_flags(effective_capabilities(unit, cuda, supported)) + unit.cuda_flags
+            device_flags = gencode_flags(effective_capabilities(unit, cuda, supported, job.cuda_arch)) + unit.cuda_flags
             groups.append(unit_group(manifest, unit, CUDA_SUFFIXES, device_flags))
             groups.append(unit_group(manifest, unit, CXX_SUFFIXES, unit.cxx_flags))
         compiler = cxx_compiler()

@@ -1,0 +1,67 @@
+"""Build the variant a kernel's own tests run against, then run them: `kbuild test`, and each
+round of `kbuild dev` (kernel_builder.build.dev_loop), which builds into a folder of its own.
+
+The variant is the one kbuild's runtime loads on this machine (its backend and running
+torch: kernel_builder.checks.kernel_tests.machine_selection), or a named one; an up-to-date
+variant is not rebuilt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kernel_builder.build.options import BuildOptions
+from kernel_builder.build.pipeline import build_kernel
+from kernel_builder.build.report import BuildReport
+from kernel_builder.checks.kernel_tests import (
+    TestRun,
+    choose_variant,
+    machine_selection,
+    run_kernel_tests,
+    tests_folder,
+    variant_python,
+)
+from kernel_builder.kernel.manifest import Manifest, load_manifest
+from kernel_builder.runners.progress import Progress
+from kernel_builder.runners.result import JobResult
+
+
+def build_for_tests(
+    kernel_dir: Path,
+    *,
+    variant: str | None = None,
+    out: Path | None = None,
+    cuda_arch: tuple[str, ...] = (),
+    ops_id: str | None = None,
+    on_wait: Callable[[str], None],
+    progress: Progress | None = None,
+) -> tuple[Manifest, BuildReport]:
+    """Build `variant`, else this machine's, into `out` (default KERNEL_DIR/build). A missing
+    tests/ folder or a kernel without this machine's backend fails first, in one line.
+    `cuda_arch` and `ops_id` make a development build (kernel_builder.build.plan.plan_build)."""
+    tests_folder(kernel_dir)
+    matrix = None if variant else machine_selection(load_manifest(kernel_dir))
+    options = BuildOptions(variants=(variant,) if variant else (), matrix=matrix, out=out, cuda_arch=cuda_arch)
+    return build_kernel(kernel_dir, options, on_wait=on_wait, progress=progress, ops_id=ops_id)
+
+
+def failed_jobs(report: BuildReport) -> list[JobResult]:
+    return [r for r in report.results if r.status == "failed"]
+
+
+def run_tests_on_build(
+    kernel_dir: Path,
+    manifest: Manifest,
+    *,
+    variant: str | None = None,
+    build_dir: Path | None = None,
+    pytest_args: Sequence[str] = (),
+    capture: bool = False,
+) -> TestRun:
+    """Run the kernel's tests against `variant` (default: the one this machine loads) of
+    `build_dir` (default KERNEL_DIR/build)."""
+    variant_dir = choose_variant(kernel_dir, variant, build_dir)
+    return run_kernel_tests(
+        kernel_dir, manifest, variant_dir, tuple(pytest_args),
+        base_python=variant_python(variant_dir.name), capture=capture,
+    )
