@@ -33,8 +33,9 @@ from kernel_builder.kernel.sources import input_files
 from kernel_builder.paths import cache_dir, short_key
 
 # The op namespace of every dev build (`_<name>_<backend>_dev`): a hash of the sources there
-# would change every file's flags at each edit, and Ninja would recompile them all. Dev builds
-# are never published, and each test run is a fresh interpreter, so one name never meets another.
+# would move at each edit and recompile the files that register ops (the binding, with torch's
+# headers: seconds) beside the edited one (kernel.registration). Dev builds are never
+# published, and each test run is a fresh interpreter, so one name never meets another.
 DEV_OPS_ID = "dev"
 # pytest's own progress, quieter: the round ends with kbuild's summary line anyway.
 DEFAULT_PYTEST_ARGS = ("-q",)
