@@ -1,12 +1,16 @@
 """`kbuild test`: run a kernel's own tests (KERNEL_DIR/tests) against its built variant, the
 way kernel-builder's `testshell` does: the variant importable under the kernel's python name,
 LOCAL_KERNELS pointing at the build for get_kernel-style tests, and the kernel's runtime needs
-plus what its tests import installed in a cached test environment (kernel_builder.environments.runtime_overlay)."""
+plus what its tests import installed in a cached test environment (kernel_builder.environments.runtime_overlay).
+
+A test import is installed only when the repo does not provide the module itself (a module or
+package at its root or in tests/, which pytest puts on sys.path: from the index, that name
+could be anyone's) and a known distribution provides it (kernel_builder.environments.import_names);
+what will be installed is listed, with the test file that needs it, before pip runs."""
 
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import subprocess
@@ -16,12 +20,15 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.kernel.manifest import Manifest
-from kernel_builder.environments.runtime_overlay import IMPORT_PIP
-from kernel_builder.environments.runtime_overlay import RuntimeEnvError, kernel_runtime_needs, runtime_python
+from kernel_builder.environments.import_names import installed_modules, provider
+from kernel_builder.environments.runtime_overlay import (
+    RuntimeEnvError, kernel_runtime_needs, missing_requirements, runtime_python,
+)
+from kernel_builder.runtime.loader import read_metadata
 from kernel_builder.runtime.zip_package import ZIP, archive_path, layout_of
 
 # The runtime tests load kernels with (get_kernel): the base environment's own when it has one
@@ -52,6 +59,7 @@ class TestRun:
     skipped: list = field(default_factory=list)  # [{reason, count}]
     failures: list = field(default_factory=list)  # [{test, message}]
     not_installed: list = field(default_factory=list)  # [{package, reason}]: test imports pip could not install
+    installs: list = field(default_factory=list)  # [{package, spec, why}]: what the test environment adds to the base
 
     @property
     def ok(self) -> bool:
@@ -62,7 +70,7 @@ class TestRun:
             "kernel": self.kernel, "variant": self.variant, "python": self.python,
             "packages": list(self.packages), "ok": self.ok, "exit_code": self.exit_code,
             "counts": self.counts, "skipped": self.skipped, "failures": self.failures,
-            "not_installed": self.not_installed,
+            "not_installed": self.not_installed, "installs": self.installs,
         }
 
     def summary(self) -> str:
@@ -89,16 +97,31 @@ class TestRun:
 
 
 # -- what the tests need -----------------------------------------------------------------
-def packages_tests_import(tests_dir: Path, python_name: str) -> list[str]:
-    """pip names of the third-party modules the tests import at top level (stdlib, torch,
-    the kernel itself, `kernels` and the tests' own modules left out)."""
-    local = {p.stem for p in tests_dir.rglob("*.py")} | {p.name for p in tests_dir.rglob("*") if p.is_dir()}
-    skip = set(sys.stdlib_module_names) | {"torch", "kernels", python_name, "conftest", "__future__", tests_dir.name} | local
-    found: set[str] = set()
-    for file in sorted(tests_dir.rglob("*.py")):
+def repo_modules(kernel_dir: Path, tests_dir: Path) -> set[str]:
+    """Module names the kernel repo provides its tests: every module or package at its root
+    (pytest runs from there, first on sys.path), in tests/ and the folders below it (pytest puts
+    a test's or conftest.py's folder on sys.path), and the folders' own names."""
+    folders = [kernel_dir, tests_dir, *(p for p in tests_dir.rglob("*") if p.is_dir())]
+    names = {tests_dir.name}
+    for folder in folders:
+        try:
+            names |= {entry.name.split(".")[0] for entry in folder.iterdir()}
+        except OSError:
+            continue
+    return names
+
+
+def imports_of_tests(kernel_dir: Path, tests_dir: Path, python_name: str) -> dict[str, str]:
+    """module -> the first test file (relative to KERNEL_DIR) importing it at top level, for
+    the modules neither the standard library, torch, kernels, the kernel itself nor the repo
+    provide (relative imports are the repo's too)."""
+    skip = set(sys.stdlib_module_names) | {"torch", "kernels", python_name, "__future__"} | repo_modules(kernel_dir, tests_dir)
+    found: dict[str, str] = {}
+    files = sorted(tests_dir.rglob("*.py")) + [f for f in (kernel_dir / "conftest.py",) if f.is_file()]
+    for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
+        except (SyntaxError, UnicodeDecodeError, OSError, RecursionError):
             continue  # pytest reports a broken test file itself
         for node in tree.body:
             if isinstance(node, ast.Import):
@@ -108,11 +131,25 @@ def packages_tests_import(tests_dir: Path, python_name: str) -> list[str]:
             else:
                 continue
             for name in names:
-                top = name.split(".")[0]
-                if top in skip:
-                    continue
-                found.add(IMPORT_PIP.get(top, top))
-    return sorted(found)
+                if name.split(".")[0] not in skip:
+                    found.setdefault(name, str(file.relative_to(kernel_dir)))
+    return found
+
+
+def packages_tests_import(kernel_dir: Path, tests_dir: Path, python_name: str, base_python: str) -> tuple[dict[str, str], list[dict]]:
+    """({distribution: why}, [{package, reason}] left out): the distributions providing the
+    modules the tests import that base_python lacks, resolved by import_names; a module
+    nothing known provides is left out, never guessed."""
+    installed = installed_modules(base_python)
+    install: dict[str, str] = {}
+    left_out: list[dict] = []
+    for module, file in imports_of_tests(kernel_dir, tests_dir, python_name).items():
+        found = provider(module, installed)
+        if found.distribution:
+            install.setdefault(found.distribution, f"{file} imports {module}")
+        elif not found.present:
+            left_out.append({"package": module, "reason": f"{file} imports {module}: {found.reason}"})
+    return install, left_out
 
 
 def local_kernel_ids(manifest: Manifest, tests_dir: Path) -> list[str]:
@@ -195,11 +232,10 @@ del _zipimport
 """
 
 
-def import_shim(variant_dir: Path, python_name: str, into: Path) -> Path:
+def import_shim(variant_dir: Path, metadata: dict, python_name: str, into: Path) -> Path:
     """A folder for PYTHONPATH holding `<python_name>`: the variant folder itself (a link, so
     the package and its relative imports resolve to exactly the built files), or for a zip
     variant a package that imports its archive."""
-    metadata = json.loads((variant_dir / "metadata.json").read_text(encoding="utf-8"))
     if layout_of(metadata) != ZIP:
         (into / python_name).symlink_to(variant_dir.resolve(), target_is_directory=True)
         return into
@@ -249,23 +285,31 @@ def run_kernel_tests(
     *,
     base_python: str,
     capture: bool = False,
+    announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> TestRun:
     """Run KERNEL_DIR/tests against `variant_dir` (a folder of some build/) in a test
     environment layered on `base_python` (the variant's build environment). pytest's output
-    streams through unless `capture` (then it goes to stderr, keeping stdout for --json)."""
+    streams through unless `capture` (then it goes to stderr, keeping stdout for --json).
+    `announce` gets one line per package the test environment installs, before pip runs."""
     kernel_dir = kernel_dir.resolve()
     tests_dir = tests_folder(kernel_dir)
     variant = variant_dir.name
-    backend = json.loads((variant_dir / "metadata.json").read_text(encoding="utf-8")).get("backend", {})
+    # Bounded, like the loader's own read: a planted FIFO, /dev/zero link or deep JSON is one line.
+    metadata = read_metadata(variant_dir)
+    backend = metadata.get("backend", {})
     backend = backend.get("type", "cpu") if isinstance(backend, dict) else str(backend)
-    required = [*kernel_runtime_needs(manifest, backend).packages, "pytest", KERNELS_PIN]
-    python, packages, not_installed = test_environment(
-        base_python, required, packages_tests_import(tests_dir, manifest.python_name)
-    )
+    required = {**dict(kernel_runtime_needs(manifest, backend).why),
+                "pytest": "kbuild test runs pytest", KERNELS_PIN: "the tests' get_kernel loads the build"}
+    extras, unresolved = packages_tests_import(kernel_dir, tests_dir, manifest.python_name, base_python)
+    installs = planned_installs(base_python, {**extras, **required})
+    for item in installs:
+        announce(f"test environment installs {item['spec']}: {item['why']}")
+    python, packages, not_installed = test_environment(base_python, list(required), [e for e in extras if e not in required])
+    not_installed = unresolved + not_installed
 
     with tempfile.TemporaryDirectory(prefix="kbuild-test-") as tmp:
         (Path(tmp) / "shim").mkdir()
-        shim = import_shim(variant_dir, manifest.python_name, Path(tmp) / "shim")
+        shim = import_shim(variant_dir, metadata, manifest.python_name, Path(tmp) / "shim")
         junit = Path(tmp) / "junit.xml"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
@@ -276,7 +320,14 @@ def run_kernel_tests(
         command = [python, "-m", "pytest", str(tests_dir), "-p", "no:cacheprovider", f"--junitxml={junit}", *pytest_args]
         code = subprocess.run(command, cwd=kernel_dir, env=env, stdout=sys.stderr if capture else None).returncode
         counts, skipped, failures = read_junit(junit)
-    return TestRun(manifest.name, variant, python, packages, code, counts, skipped, failures, not_installed)
+    return TestRun(manifest.name, variant, python, packages, code, counts, skipped, failures, not_installed, installs)
+
+
+def planned_installs(base_python: str, wanted: dict[str, str]) -> list[dict]:
+    """[{package, spec, why}] for each of `wanted` (package -> why) base_python lacks: what
+    the test environment will pip-install on top of it."""
+    missing = missing_requirements(base_python, list(wanted))
+    return [{"package": p, "spec": spec, "why": wanted[p]} for p, spec in missing.items()]
 
 
 def test_environment(base_python: str, required: Sequence[str], extras: Sequence[str]):

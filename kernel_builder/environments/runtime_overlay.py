@@ -5,8 +5,10 @@ What a kernel needs (`RuntimeNeeds`) is read from two places, by one scanner:
 - its declared `python-depends` (build.toml, or metadata.json of a built variant), mapped to pip
   names the way the kernels runtime maps them (its python_depends.json: tvm-ffi -> apache-tvm-ffi);
 - the imports of its Python package: every absolute `import x` / `from x import` whose top-level
-  module is not the standard library, torch, the package itself or a declared dependency. Imports
-  guarded by `try: ... except ImportError` are optional and not needs. `triton` is one such need.
+  module is not the standard library, torch, the package itself or a declared dependency, as the
+  distribution that provides it (import_names.PROVIDERS: `attr` is attrs; one known only from
+  source, such as apex, is never installed by name). Imports guarded by `try: ... except
+  ImportError` are optional and not needs. `triton` is one such need.
 
 `runtime_python(base, packages)` gives an interpreter that sees everything `base` has (its torch)
 plus `packages`: a small venv in kbuild's cache whose site-packages holds a .pth file adding the
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder.paths import cache_dir, short_key
+from kernel_builder.environments.import_names import NOT_ON_PYPI, PROVIDERS
 from kernel_builder.environments.pip_run import pip_reason
 from kernel_builder.errors import KbuildError
 from kernel_builder.file_lock import exclusive_lock
@@ -64,8 +67,6 @@ _DEPENDS_PIP = {
 }
 # The module each python-depends entry provides, so a scanned import of it is not a second need.
 _DEPENDS_IMPORT = {"tvm-ffi": "tvm_ffi", "nvidia-cutlass-dsl": "cutlass", "onednn": "onednn"}
-# Imports whose pip distribution is spelled differently from the module.
-IMPORT_PIP = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn", "cv2": "opencv-python"}
 # Always present wherever torch is (torch's own dependencies), never a need.
 _WITH_TORCH = {"torch", "typing_extensions", "sympy", "networkx", "jinja2", "filelock", "fsspec"}
 
@@ -97,11 +98,12 @@ def _needs(depends: Iterable[str], package_dir: Path, python_name: str, declared
         pip_name = _DEPENDS_PIP.get(dep, dep)
         packages.setdefault(pip_name, f"{declared_in} python-depends lists {dep}")
         provided.add(_DEPENDS_IMPORT.get(dep, dep.replace("-", "_")))
-    skip = set(sys.stdlib_module_names) | _WITH_TORCH | provided | {python_name, "_ops", "__future__"}
+    # A module the index has only under someone else's name (apex) is never installed by name.
+    skip = set(sys.stdlib_module_names) | _WITH_TORCH | provided | set(NOT_ON_PYPI) | {python_name, "_ops", "__future__"}
     for module, where in _third_party_imports(package_dir):
         if module in skip:
             continue
-        pip_name = IMPORT_PIP.get(module, module)
+        pip_name = PROVIDERS.get(module, module)
         packages.setdefault(pip_name, f"{where} imports {module}")
     names = tuple(sorted(packages))
     return RuntimeNeeds(packages=names, why=tuple((n, packages[n]) for n in names))
@@ -195,9 +197,8 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
     """An interpreter seeing base_python's packages plus `packages` (module docstring)."""
     if not packages:
         return base_python
-    wanted = sorted(set(packages))
     base = _base_info(base_python)
-    missing = [_pin_to_torch(p, base["torch"]) for p in wanted if _normalize(p) not in base["dists"]]
+    missing = list(_missing(base, packages).values())
     if not missing:
         return base_python
     key = short_key(json.dumps([os.path.realpath(base["executable"]), base["prefix"], missing]))
@@ -220,6 +221,17 @@ def runtime_python(base_python: str, packages: Sequence[str]) -> str:
             raise
         ready.write_text(json.dumps({"base": base_python, "packages": missing}) + "\n")
     return str(python)
+
+
+def missing_requirements(base_python: str, packages: Sequence[str]) -> dict[str, str]:
+    """package -> the requirement `runtime_python` installs for it (`triton==3.5.0`), for those
+    of `packages` that base_python lacks: what an overlay adds, listed before pip runs."""
+    return _missing(_base_info(base_python), packages) if packages else {}
+
+
+def _missing(base: dict, packages: Sequence[str]) -> dict[str, str]:
+    wanted = sorted(set(packages))
+    return {p: _pin_to_torch(p, base["torch"]) for p in wanted if _normalize(p) not in base["dists"]}
 
 
 def _touch(ready: Path) -> None:

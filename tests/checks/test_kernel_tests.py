@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kbuild, kbuild_in_process
-from kernel_builder.checks.kernel_tests import packages_tests_import
+from kernel_builder.checks.kernel_tests import imports_of_tests
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
 BROKEN = '''
@@ -42,7 +42,7 @@ def _json_run(kernel: Path, *args: str):
 def test_own_tests_pass_by_python_name_and_get_kernel_with_device_skip_counted(kernel):
     result, data = _json_run(kernel)
     assert result.returncode == 0, result.stderr
-    assert set(data) == {"kernel", "variant", "python", "packages", "ok", "exit_code", "counts", "skipped", "failures", "not_installed"}
+    assert set(data) == {"kernel", "variant", "python", "packages", "ok", "exit_code", "counts", "skipped", "failures", "not_installed", "installs"}
     assert (data["kernel"], data["variant"], data["ok"], data["exit_code"]) == ("tested", "torch-cpu", True, 0)
     assert data["counts"] == {"passed": 2, "failed": 0, "errors": 0, "skipped": 1, "needs_device": 1, "failed_needs_device": 0}
     assert data["skipped"] == [{"reason": "needs CUDA", "count": 1}]
@@ -90,10 +90,13 @@ def test_user_mistakes_are_one_line(kernel, tmp_path):
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_test_imports_are_pip_names_without_stdlib_torch_kernel_or_local_modules(tmp_path):
-    (tmp_path / "helpers.py").write_text("X = 1\n")
-    (tmp_path / "test_a.py").write_text(
+def test_test_imports_leave_out_stdlib_torch_kernel_and_the_repos_own_modules(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tmp_path / "helpers.py").write_text("X = 1\n")  # at the root: pytest runs from there
+    (tmp_path / "benchmarks").mkdir()
+    (tests / "test_a.py").write_text(
         "import os, torch, yaml, numpy as np\nfrom einops import rearrange\nfrom tested.ops import f\n"
-        "from kernels import get_kernel\nimport helpers\nfrom . import conftest\n"
+        "from kernels import get_kernel\nimport helpers\nimport benchmarks.bench\nfrom . import conftest\n"
     )
-    assert packages_tests_import(tmp_path, "tested") == ["einops", "numpy", "pyyaml"]
+    assert imports_of_tests(tmp_path, tests, "tested") == {m: "tests/test_a.py" for m in ("yaml", "numpy", "einops")}
