@@ -57,11 +57,12 @@ def run_tests_on_build(
     build_dir: Path | None = None,
     pytest_args: Sequence[str] = (),
     capture: bool = False,
+    clean_env: bool = False,
 ) -> TestRun:
     """Run the kernel's tests against `variant` (default: the one this machine loads) of
-    `build_dir` (default KERNEL_DIR/build)."""
+    `build_dir` (default KERNEL_DIR/build); `clean_env`: without the caller's credentials."""
     variant_dir = choose_variant(kernel_dir, variant, build_dir)
     return run_kernel_tests(
         kernel_dir, manifest, variant_dir, tuple(pytest_args),
-        base_python=variant_python(variant_dir.name), capture=capture,
+        base_python=variant_python(variant_dir.name), capture=capture, clean_env=clean_env,
     )

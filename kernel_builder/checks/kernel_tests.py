@@ -44,6 +44,13 @@ NO_DEVICE_ERRORS = re.compile(
     r"|MPS backend is supported on MacOS|Expected one of cpu.* device type at start of device string",
     re.IGNORECASE,
 )
+# What `--clean-env` passes to the tests: where things are and which devices to use, never a
+# credential (HF_TOKEN, cloud keys, index passwords stay with the caller).
+CLEAN_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE",
+    "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
+)
 # `get_kernel("org/name"...)`-style literals in the tests: each one is pointed at the build.
 REPO_LITERAL = re.compile(r"""get_kernel\(\s*["']([\w.-]+/[\w.-]+)["']""")
 
@@ -285,12 +292,14 @@ def run_kernel_tests(
     *,
     base_python: str,
     capture: bool = False,
+    clean_env: bool = False,
     announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> TestRun:
     """Run KERNEL_DIR/tests against `variant_dir` (a folder of some build/) in a test
     environment layered on `base_python` (the variant's build environment). pytest's output
     streams through unless `capture` (then it goes to stderr, keeping stdout for --json).
-    `announce` gets one line per package the test environment installs, before pip runs."""
+    `announce` gets one line per package the test environment installs, before pip runs. The
+    tests get the caller's environment (tokens included), or with `clean_env` only CLEAN_ENV."""
     kernel_dir = kernel_dir.resolve()
     tests_dir = tests_folder(kernel_dir)
     variant = variant_dir.name
@@ -311,7 +320,7 @@ def run_kernel_tests(
         (Path(tmp) / "shim").mkdir()
         shim = import_shim(variant_dir, metadata, manifest.python_name, Path(tmp) / "shim")
         junit = Path(tmp) / "junit.xml"
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k in CLEAN_ENV} if clean_env else dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(shim), env.get("PYTHONPATH", "")) if p)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # the runtime re-hashes variants: no __pycache__ in them
         # kernels reads LOCAL_KERNELS' paths as repos holding build/<variant>: the variant's build/ is in that one.

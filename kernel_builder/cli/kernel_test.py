@@ -1,4 +1,4 @@
-"""`kbuild test [KERNEL_DIR] [--variant V] [--json] [-- PYTEST_ARGS]`: build what is missing,
+"""`kbuild test [KERNEL_DIR] [--variant V] [--json] [--clean-env] [-- PYTEST_ARGS]`: build what is missing,
 then run the kernel's own tests against the built variant (kernel_builder.build.build_then_test)."""
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ def test(
         None, "--variant", "-V", help="Test this variant (built when missing) instead of the one this machine loads."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (pytest's output goes to stderr)."),
+    clean_env: bool = typer.Option(
+        False, "--clean-env", help="Run the tests with only a minimal allow-list of variables (PATH, HOME, locale, "
+        "device selection): no HF_TOKEN or other credentials of yours.",
+    ),
     pytest_args: Optional[List[str]] = typer.Argument(None, help="Arguments for pytest, after `--`."),
 ) -> None:
     """Run the kernel's own tests (KERNEL_DIR/tests) against its build: the variant importable by
@@ -33,7 +37,8 @@ def test(
     failed = failed_jobs(report)
     if failed:  # testing an older build instead would report on code that is not the source's
         raise KbuildError(f"building {', '.join(r.label for r in failed)} failed: {failed[0].detail}; `kbuild build` shows the log")
-    run = run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args or (), capture=as_json)
+    run = run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args or (), capture=as_json,
+                             clean_env=clean_env)
     if as_json:
         print_json(run.to_json())
     else:

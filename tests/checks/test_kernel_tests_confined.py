@@ -173,3 +173,37 @@ def test_a_planted_metadata_json_is_a_one_line_error(tmp_path, planted):
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     message = done.stdout.strip()
     assert len(message.splitlines()) == 1 and str(metadata) in message, message
+
+
+ENV_TEST = """
+import os
+
+
+def test_environment_seen():
+    assert "PATH" in os.environ and os.environ["LOCAL_KERNELS"]
+    assert "HF_TOKEN" not in os.environ, "the caller's token reached the tests"
+"""
+
+
+def test_clean_env_keeps_the_callers_token_from_the_tests(tmp_path, monkeypatch):
+    kernel = _kernel_with_own_modules(tmp_path, ENV_TEST)
+    (kernel / "tests" / "test_tested.py").unlink()
+    variant = _fake_variant(kernel)
+    monkeypatch.setattr(kernel_tests, "runtime_python", lambda base, packages: base)
+    monkeypatch.setenv("HF_TOKEN", "hf_kbuild_fixture_secret")
+
+    def run(**clean):
+        return kernel_tests.run_kernel_tests(kernel, load_manifest(kernel), variant, ("-q",),
+                                             base_python=sys.executable, capture=True, **clean)
+
+    # By default the tests run with the caller's environment, token included (README: kbuild test).
+    assert run().exit_code == 1
+    assert run(clean_env=True).exit_code == 0
+
+
+def test_clean_env_is_an_option_of_kbuild_test():
+    from typer.testing import CliRunner
+
+    from kernel_builder.cli.main import app
+
+    assert "--clean-env" in CliRunner().invoke(app, ["test", "--help"], env={"COLUMNS": "200"}).stdout
