@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import overload
 
 # The user:password part of a URL (anything between the scheme and an @ before the path).
 _URL_USERINFO = re.compile(r"(\w[\w+.-]*://)[^/@\s]*@")
@@ -23,8 +24,15 @@ _SECRET_PAIR = re.compile(
 )
 
 
-def mask_credentials(text: str) -> str:
-    """`text` with every URL's user:password and every secret key=value's value replaced by ***."""
+@overload
+def mask_credentials(text: str) -> str: ...
+@overload
+def mask_credentials(text: None) -> None: ...
+def mask_credentials(text: str | None) -> str | None:
+    """`text` with every URL's user:password and every secret key=value's value replaced by
+    *** (None stays None: an unset setting)."""
+    if text is None:
+        return None
     text = _URL_USERINFO.sub(r"\1***@", text)
     return _SECRET_PAIR.sub(r"\1=***", text)
 
