@@ -29,7 +29,8 @@ from pathlib import Path
 
 from kernel_builder.compile import sccache_server
 from kernel_builder.compile.dist_compile import DistSettings, scheduler_problem
-from kernel_builder.compile.remote_cache import mask_credentials, remote_backend
+from kernel_builder.compile.remote_cache import remote_backend
+from kernel_builder.redaction import mask_credentials
 from kernel_builder.errors import UsageError
 from kernel_builder.paths import cache_dir
 from kernel_builder.settings import COMPILER_CACHE_TOOLS, read_environment

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kernel_builder.errors import UsageError
 from kernel_builder.paths import cache_dir, short_key
+from kernel_builder.redaction import mask_credentials
 
 _STATUS_PATH = "/api/v1/scheduler/status"
 _STATUS_TIMEOUT_S = 5.0
@@ -35,7 +36,7 @@ class DistSettings:
 
     def __post_init__(self) -> None:
         if not self.scheduler_url.startswith(("http://", "https://")):
-            raise UsageError(f"--dist-scheduler must be an http:// or https:// URL, got {self.scheduler_url!r}")
+            raise UsageError(f"--dist-scheduler must be an http:// or https:// URL, got {mask_credentials(self.scheduler_url)!r}")
 
     def config_text(self) -> str:
         cache = cache_dir("sccache-dist-client")
@@ -64,13 +65,15 @@ class DistSettings:
 def scheduler_problem(settings: DistSettings) -> str | None:
     """Why the scheduler cannot be used, or None when it answers its status request."""
     url = settings.scheduler_url.rstrip("/") + _STATUS_PATH
+    shown = mask_credentials(settings.scheduler_url)
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {settings.token}"} if settings.token else {})
     try:
         with urllib.request.urlopen(request, timeout=_STATUS_TIMEOUT_S) as response:
             response.read()
     except urllib.error.HTTPError as e:
-        return f"the sccache-dist scheduler at {settings.scheduler_url} answered HTTP {e.code} to its status request"
+        return f"the sccache-dist scheduler at {shown} answered HTTP {e.code} to its status request"
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
-        return f"cannot reach the sccache-dist scheduler at {settings.scheduler_url}: {getattr(reason, 'strerror', None) or reason}"
+        # urllib's reason can quote the URL's user:password part (a "nonnumeric port").
+        return mask_credentials(f"cannot reach the sccache-dist scheduler at {shown}: {getattr(reason, 'strerror', None) or reason}")
     return None

@@ -16,11 +16,12 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 import socket
 from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit
+
+from kernel_builder.redaction import mask_credentials
 
 # The variable that selects each backend, in the order sccache itself checks them.
 BACKEND_VARIABLES = (
@@ -53,11 +54,6 @@ class RemoteBackend:
 
     def describe(self) -> str:
         return f"{self.name} {self.target} ({self.variable})"
-
-
-def mask_credentials(text: str) -> str:
-    """`text` with the user:password part of every URL in it replaced by ***."""
-    return re.sub(r"(\w+://)[^/@\s]*@", r"\1***@", text)
 
 
 def remote_backend(environ: Mapping[str, str] | None = None) -> RemoteBackend | None:

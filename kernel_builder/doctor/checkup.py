@@ -322,6 +322,7 @@ def compiler_cache() -> CompilerCacheFinding:
     """The compiler cache builds would launch compiles through (find_compiler_cache)."""
     from kernel_builder.compile.compiler_cache import CacheRequest, find_compiler_cache
     from kernel_builder.compile.remote_cache import probe, remote_backend
+    from kernel_builder.redaction import mask_credentials
     from kernel_builder.settings import read_environment
 
     install = "ccache (apt-get install ccache), for faster rebuilds across variants"
@@ -338,7 +339,8 @@ def compiler_cache() -> CompilerCacheFinding:
     return CompilerCacheFinding(
         cache.tool, cache.path, str(cache.directory), _ccache_size(cache),
         remote=backend.describe() if backend else None, remote_answers=answers, remote_detail=detail,
-        dist_scheduler=scheduler if cache.tool == "sccache" else None, dist_problem=cache.dist_problem or None,
+        dist_scheduler=mask_credentials(scheduler) if scheduler and cache.tool == "sccache" else None,
+        dist_problem=cache.dist_problem or None,
     )
 
 

@@ -27,6 +27,7 @@ from typing import Sequence
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
+from kernel_builder.environments.pip_run import dies_with_kbuild, pip_environment
 from kernel_builder.formatting import human_size
 from kernel_builder.paths import cache_dir
 
@@ -112,28 +113,31 @@ def _canonical(name: str) -> str:
 # -- pip's dry run ---------------------------------------------------------------------------
 def dry_run(
     python: str, requirements: Sequence[str], index_args: Sequence[str] = (), *, ignore_installed: bool = True,
-    cached_only: bool = False,
+    cached_only: bool = False, index_url: str | None = None,
 ) -> tuple[Download, ...] | None:
     """The files `python -m pip install REQUIREMENTS` would take (sizes not yet known), or
     None when pip cannot tell (offline, no such release, too slow) or, with `cached_only`,
     when no answer is cached. With `ignore_installed` the answer does not depend on what
-    `python` has, so it is kept for a day; otherwise for this process only."""
-    key = json.dumps([python, list(requirements), list(index_args), ignore_installed])
+    `python` has, so it is kept for a day; otherwise for this process only. `index_url`
+    (which may carry a password) reaches pip through its environment, and the cached
+    answer's key holds only its hash."""
+    index = hashlib.sha256(index_url.encode()).hexdigest() if index_url else None
+    key = json.dumps([python, list(requirements), list(index_args), ignore_installed, index])
     if ignore_installed:
         cached = _read_cached_run(key)
         if cached is not None or cached_only:
             return cached
     elif cached_only:
         return None
-    found = _dry_run(key)
+    found = _dry_run(key, index_url)
     if found is not None and ignore_installed:
         _write_cached_run(key, found)
     return found
 
 
 @functools.lru_cache(maxsize=None)
-def _dry_run(key: str) -> tuple[Download, ...] | None:
-    python, requirements, index_args, ignore_installed = json.loads(key)
+def _dry_run(key: str, index_url: str | None) -> tuple[Download, ...] | None:
+    python, requirements, index_args, ignore_installed, _ = json.loads(key)
     with tempfile.TemporaryDirectory(prefix="kbuild-pip-dry-run-") as folder:
         report = Path(folder) / "report.json"
         command = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--disable-pip-version-check",
@@ -141,8 +145,8 @@ def _dry_run(key: str) -> tuple[Download, ...] | None:
         if ignore_installed:
             command.insert(4, "--ignore-installed")
         try:
-            done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL,
-                                  timeout=_DRY_RUN_TIMEOUT_S, check=False)
+            done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL, env=pip_environment(index_url),
+                                  preexec_fn=dies_with_kbuild(), timeout=_DRY_RUN_TIMEOUT_S, check=False)
             items = json.loads(report.read_text())["install"] if done.returncode == 0 else None
         except (OSError, subprocess.TimeoutExpired, ValueError, KeyError):
             return None

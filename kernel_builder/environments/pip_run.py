@@ -6,19 +6,31 @@ bytes of the file it names on its "Downloading NAME (SIZE)" line). Older pip (en
 23.2 in a new venv) prints, into a pipe, only that line and the finished bar ("12.0/12.0
 MB"): progress then moves file by file. Either way the bytes count against the total the
 dry run announced (environments.download_cost), the files it sized by name.
+
+pip dies with kbuild: on Linux each pip gets SIGKILL when kbuild's thread that started it
+ends, even by SIGKILL (prctl PR_SET_PDEATHSIG), so no orphaned pip keeps writing into an
+environment folder that the next kbuild removes and creates again. An index URL with a
+password reaches pip through its environment (PIP_INDEX_URL), never its arguments (which
+any local user can read in /proc), and every line of the log is written masked.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 import re
 import shlex
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 from urllib.parse import unquote
 
 from kernel_builder.formatting import human_size
+from kernel_builder.redaction import mask_credentials
 
 RAW_PROGRESS_PIP = (24, 1)  # the first pip with --progress-bar raw
 PROGRESS_INTERVAL_S = 0.5  # at most two updates a second: a table redraws at 4
@@ -117,23 +129,60 @@ def progress_args(python: str) -> list[str]:
     return ["--progress-bar", "raw"] if m and (int(m.group(1)), int(m.group(2))) >= RAW_PROGRESS_PIP else []
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    # Looked up before any fork: the child only calls it.
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def dies_with_kbuild() -> Callable[[], None] | None:
+    """A Popen preexec_fn that makes the child die with this thread of kbuild (None where
+    the system has no such thing)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # kbuild died before the prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def pip_environment(index_url: str | None) -> dict[str, str] | None:
+    """The environment of a pip that installs from `index_url` (None: pip's own configuration)."""
+    return None if not index_url else {**os.environ, "PIP_INDEX_URL": index_url}
+
+
 def run_logged(
     steps: Sequence[Sequence[str]], log: Path, on_progress: Callable[[str], None] | None = None,
     tracker: PipProgress | None = None, interval: float = PROGRESS_INTERVAL_S, append: bool = False,
+    environment: Mapping[str, str] | None = None,
 ) -> bool:
-    """Run the commands in turn, all their output into `log` (after what it holds, with
-    `append`); False at the first that fails. pip's progress goes to `on_progress`, at
-    most once per `interval` seconds."""
+    """Run the commands in turn (with `environment`, default kbuild's), all their output,
+    credentials masked, into `log` (after what it holds, with `append`); False at the first
+    that fails. pip's progress goes to `on_progress`, at most once per `interval` seconds."""
     tracker = tracker or PipProgress()
     last = float("-inf")
     with log.open("ab" if append else "wb") as out:
         for step in steps:
-            out.write(f"$ {shlex.join(step)}\n".encode())
+            out.write(mask_credentials(f"$ {shlex.join(step)}\n").encode())
             out.flush()
-            with subprocess.Popen(step, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+            with subprocess.Popen(step, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env=environment, preexec_fn=dies_with_kbuild()) as proc:
                 try:
                     for raw in proc.stdout:  # type: ignore[union-attr]
-                        out.write(raw)
+                        out.write(mask_credentials(raw.decode(errors="surrogateescape")).encode(errors="surrogateescape"))
                         text = None
                         for part in raw.decode(errors="replace").split("\r"):  # a terminal bar redraws with \r
                             text = tracker.feed(part) or text

@@ -34,6 +34,7 @@ from kernel_builder.environments import download_cost, pip_run
 from kernel_builder.environments.probe import BuildEnv, probe_env
 from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError, KbuildError, VariantError
 from kernel_builder.file_lock import exclusive_lock
+from kernel_builder.redaction import mask_credentials
 from kernel_builder.settings import read_environment
 from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse, xpu_version
 
@@ -226,9 +227,8 @@ def _create(
     spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], None], progress: Callable[[str], None] | None,
 ) -> BuildEnv:
     requirement, url = pip_request(spec, index)
-    source = url or "pip's configured index"
+    source = mask_credentials(url) if url else "pip's configured index"
     log = path.with_name(f"{spec.key}.log")
-    index_args = ["--index-url", url] if url else []
 
     def fail(reason: str) -> EnvironmentCreateError:
         return EnvironmentCreateError(
@@ -238,17 +238,20 @@ def _create(
     _remove(path)  # what a killed or broken creation left behind
     cost = creation_cost(spec, index)
     size = "size unknown" if cost is None else cost.describe(["torch"])
-    say(f"creating build environment {spec.key} (first time only): pip install {shlex.join([requirement, *index_args])} "
+    shown = ["--index-url", mask_credentials(url)] if url else []
+    say(f"creating build environment {spec.key} (first time only): pip install {shlex.join([requirement, *shown])} "
         f"— {size}")
     python = _python(path)
-    # No --isolated: the user's pip config (indexes, constraints, certificates) applies.
-    install = [str(python), "-m", "pip", "install", requirement, *index_args]
+    # No --isolated: the user's pip config (indexes, constraints, certificates) applies. The
+    # index goes in pip's environment: its arguments are visible to every local user.
+    install = [str(python), "-m", "pip", "install", requirement]
     tracker = pip_run.PipProgress(*((cost.sizes(), cost.total) if cost else ()))
     try:
         created = pip_run.run_logged([[base_python(), "-m", "venv", str(path)]], log)
         # The new venv's own pip says whether it prints raw progress (pip >= 24.1).
         if not created or not pip_run.run_logged([install[:5] + pip_run.progress_args(str(python)) + install[5:]],
-                                                 log, progress, tracker, append=True):
+                                                 log, progress, tracker, append=True,
+                                                 environment=pip_run.pip_environment(url)):
             raise fail(pip_run.pip_reason(log.read_text(errors="replace")))
         try:
             env = probe_env(python, path / PROBE_FILE, import_torch=True)  # the new torch imports
@@ -282,7 +285,8 @@ def _unservable_file(spec: EnvSpec) -> Path:
 
 
 def _remember_unservable(spec: EnvSpec, url: str | None, got: str) -> None:
-    record = {"index": url, "installed": got, "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    record = {"index": mask_credentials(url), "installed": got,
+              "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     _unservable_file(spec).write_text(json.dumps(record) + "\n")
 
 
@@ -304,7 +308,7 @@ def unservable_reason(spec: EnvSpec, index: str | None = None) -> str | None:
             record = _unservable_record(spec, url)
     if record is None:
         return None
-    source = url or "pip's configured index"
+    source = mask_credentials(url) if url else "pip's configured index"
     return (
         f"{source} serves no {spec.describe()} (on {record['when']:%Y-%m-%d} it offered {record.get('installed')}); "
         f"pass --torch-index, or `kbuild env create {spec.key}` to try again"
@@ -317,7 +321,7 @@ def _unservable_record(spec: EnvSpec, url: str | None) -> dict | None:
         record["when"] = datetime.fromisoformat(record["when"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if record.get("index") != url:
+    if record.get("index") != mask_credentials(url):
         return None  # another index may serve it: try
     if datetime.now(timezone.utc) - record["when"] > timedelta(days=_UNSERVABLE_DAYS):
         return None
@@ -338,8 +342,7 @@ def _dry_run(spec: EnvSpec, url: str | None, cached_only: bool = False) -> tuple
     """What creating spec's environment from `url` (None: pip's own indexes) would install:
     one resolve, cached, for both the flavour check and the size of the creation."""
     requirement, _ = pip_request(spec)
-    index_args = ["--index-url", url] if url else []
-    return download_cost.dry_run(base_python(), [requirement], index_args, cached_only=cached_only)
+    return download_cost.dry_run(base_python(), [requirement], cached_only=cached_only, index_url=url)
 
 
 def creation_cost(spec: EnvSpec, index: str | None = None, cached_only: bool = False) -> download_cost.DownloadCost | None:
@@ -373,7 +376,7 @@ def _write_marker(path: Path, spec: EnvSpec, requirement: str, url: str | None, 
         "torch": f"{spec.torch[0]}.{spec.torch[1]}",
         "compute": spec.compute,
         "requirement": requirement,
-        "index": url,
+        "index": mask_credentials(url),
         "torch_version": env.torch_version,
         "python": env.python,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

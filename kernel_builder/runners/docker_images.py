@@ -13,6 +13,8 @@ build args for its base image and the torch and toolkit versions; a variant fixe
   `TORCH_INDEX_URL` the index that serves its flavour, chosen as managed environments
   choose it (kernel_builder.environments.store.pip_request); empty means pip's own
   configuration, which the image build takes from the host (runners/pip_forwarding.py).
+  The build arg is the URL with its credentials masked; the URL itself reaches the
+  torch install as the BuildKit secret `torch-index-url` (never a layer or the history).
 - toolkit: `CUDA_VERSION` (13.0) with `TOOLKIT_REQUIREMENTS`, NVIDIA's compiler wheels of
   that release (environments/cuda_wheels.py); `ROCM_VERSION` (7.1) or `ONEAPI_VERSION` (2026.0).
 - `KBUILD_REQUIREMENTS` are kbuild's runtime dependencies. kbuild's own code is not in the
@@ -47,6 +49,7 @@ from kernel_builder.environments.store import EnvSpec, pip_request
 from kernel_builder.errors import KbuildError
 from kernel_builder.paths import CHECKOUT_DIR, docker_dir
 from kernel_builder.formatting import first_line
+from kernel_builder.redaction import mask_credentials
 from kernel_builder.settings import read_environment
 from kernel_builder.variants import Kind, Matrix, Variant, default_matrix
 
@@ -59,6 +62,8 @@ _PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 _TOOLKIT_ARG = {"cuda": "CUDA_VERSION", "rocm": "ROCM_VERSION", "xpu": "ONEAPI_VERSION"}
 # AMD and Intel publish their toolkits' Enterprise Linux packages for x86_64 only.
 _X86_ONLY = ("rocm", "xpu")
+# The BuildKit secret holding the torch index URL (the Dockerfiles read /run/secrets/<id>).
+TORCH_INDEX_SECRET = "torch-index-url"
 
 
 def dockerfile(family: str) -> Path:
@@ -75,6 +80,9 @@ class ImageSpec:
     platform: str  # linux/amd64 | linux/arm64
     torch: tuple[int, int]  # the torch the image installs
     tag: str
+    # The index with its credentials: a BuildKit secret of the build, never a build arg
+    # (those stay in the image's history) nor printed; TORCH_INDEX_URL holds it masked.
+    torch_index: str = field(default="", repr=False, compare=False)
 
     @property
     def inputs_hash(self) -> str:
@@ -169,7 +177,7 @@ def _image(family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None,
         "BASE_IMAGE": base_image or default_base_image(arch),
         "TORCH_VERSION": requirement.removeprefix("torch=="),
         # None is "pip's own indexes", which the build takes from the host's pip settings.
-        "TORCH_INDEX_URL": index or "",
+        "TORCH_INDEX_URL": mask_credentials(index or ""),
         "KBUILD_REQUIREMENTS": " ".join(kbuild_requirements()),
     }
     if family != "cpu":
@@ -183,7 +191,8 @@ def _image(family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None,
     path = dockerfile(family)
     platform = _PLATFORMS[arch]
     label = f"torch{torch[0]}.{torch[1]}{'' if family == 'cpu' else '-' + compute}-{arch}"
-    return ImageSpec(family, path, args, platform, torch, image_tag(family, path.read_text(), args, platform, label))
+    tag = image_tag(family, path.read_text(), args, platform, label)
+    return ImageSpec(family, path, args, platform, torch, tag, torch_index=index or "")
 
 
 def kbuild_requirements() -> list[str]:
@@ -291,6 +300,8 @@ def _build(image: ImageSpec, rebuild: bool, base_id: str | None, say: Callable[[
 
     labels = {"kbuild.family": image.family, "kbuild.inputs-hash": image.inputs_hash, BASE_ID_LABEL: base_id or ""}
     with forwarded_pip() as pip:
+        if image.torch_index:
+            pip.add_secret(TORCH_INDEX_SECRET, image.torch_index)
         platform = None if image.platform == _PLATFORMS.get(host_platform()[0]) else image.platform
         build_image(image.dockerfile, image.tag, dict(image.build_args), labels, pip,
                     platform=platform, rebuild=rebuild, say=say)

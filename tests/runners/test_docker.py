@@ -138,6 +138,39 @@ def test_pip_settings_arrive_as_secrets_and_the_download_cache_is_shared():
         assert "--mount=type=cache,id=kbuild-pip" in text
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_torch_index_password_reaches_the_build_as_a_secret_only(family, monkeypatch):
+    """A password in KBUILD_TORCH_INDEX is in no build arg (the image history keeps those),
+    no plan (--json) and no argument of the build command: the torch install reads the
+    secret torch-index-url."""
+    from kernel_builder.runners import image_builder
+
+    url = "https://builder:IDXs3cr3t@mirror.example/whl/simple/"
+    monkeypatch.setenv("KBUILD_TORCH_INDEX", url)
+    name = {"cpu": "torch213-cxx11-cpu-x86_64-linux", "cuda": "torch214-cxx11-cu130-x86_64-linux",
+            "rocm": "torch214-cxx11-rocm71-x86_64-linux", "xpu": "torch214-cxx11-xpu20260-x86_64-linux"}[family]
+    try:
+        spec = image(name)
+    except KbuildError as e:
+        pytest.skip(f"no {family} image in the default matrix: {e.message}")
+    assert "IDXs3cr3t" not in json.dumps(spec.to_json()) and "IDXs3cr3t" not in repr(spec)
+    assert spec.build_args["TORCH_INDEX_URL"] == "https://***@mirror.example/whl/simple/"
+    text = spec.dockerfile.read_text()
+    assert "--mount=type=secret,id=torch-index-url" in text and "/run/secrets/torch-index-url" in text
+    assert '--index-url "${TORCH_INDEX_URL}"' not in text and '--index-url "$TORCH_INDEX_URL"' not in text
+
+    seen: dict = {}
+
+    def fake_build(dockerfile, tag, build_args, labels, pip, **kwargs):
+        seen["args"] = json.dumps([build_args, labels])
+        seen["secret"] = pip.secrets[docker_images.TORCH_INDEX_SECRET].read_text()
+        seen["mode"] = pip.secrets[docker_images.TORCH_INDEX_SECRET].stat().st_mode & 0o777
+
+    monkeypatch.setattr(image_builder, "build_image", fake_build)
+    monkeypatch.setattr("kernel_builder.runners.pip_forwarding.host_pip_settings", lambda python=None: {})
+    docker_images._build(spec, rebuild=False, base_id=None, say=lambda line: None)
+    assert "IDXs3cr3t" not in seen["args"] and seen["secret"] == url and seen["mode"] == 0o600
+
 def test_the_base_image_is_a_choice(monkeypatch):
     name = "torch214-cxx11-cu130-x86_64-linux"
     default = image(name)
