@@ -31,6 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from kernel_builder.environments.store import envs_root  # noqa: E402
+
+ENVS = envs_root()  # KBUILD_ENVS_DIR, else the user's kbuild cache
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,8 @@ def git(root: Path, *args: str) -> None:
 
 def build(root: Path, variant: str, cache: Path, out: Path) -> tuple[float, list[str]]:
     """One `kbuild build --json` without a compiler cache: (wall seconds, sources compiled)."""
-    env = dict(os.environ, KBUILD_CACHE_DIR=str(cache))
+    # Work trees of its own; build environments from the usual store, made once.
+    env = dict(os.environ, KBUILD_CACHE_DIR=str(cache), KBUILD_ENVS_DIR=str(ENVS))
     command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
                "--out", str(out), "--no-compiler-cache", "--json"]
     start = time.perf_counter()
