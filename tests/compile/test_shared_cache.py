@@ -18,7 +18,7 @@ import torch
 from conftest import EXAMPLES, REPO, environments_elsewhere, kbuild, kbuild_in_process
 from cuda_toolkit import CUDA_VARIANT, needs_nvcc
 from kernel_builder.environments.store import PROBE_FILE
-from kernel_builder.compile import sccache_server
+from kernel_builder.compile import sccache_server, sccache_sockets
 from kernel_builder.loopback import free_port, listening
 from kernel_builder.compile.compiler_cache import CacheRequest, CompilerCache, find_compiler_cache
 from kernel_builder.compile.dist_compile import DistSettings, scheduler_problem
@@ -93,12 +93,12 @@ def test_each_job_has_its_own_server_and_figures_from_the_remote_cache(redis, tm
         (work / "CMakeLists.txt").write_text(f'add_library(x MODULE "{work / "unit.c"}")\n')
         (work / "unit.c").write_text("int triple(int x) { return 3 * x; }\n")
         env = cache.job_environment(work)
-        port = int(env["SCCACHE_SERVER_PORT"])
+        socket = Path(env["SCCACHE_SERVER_UDS"])
         assert str(work) in env["SCCACHE_BASEDIRS"].split(":")  # its paths are cut from the keys
         subprocess.run([SCCACHE, "gcc", "-c", str(work / "unit.c"), "-o", str(work / "unit.o")],
                        cwd=work, env={**os.environ, **env}, check=True)
         results.append(cache.job_stats(work))
-        assert not listening(port)  # its server is stopped
+        assert not sccache_sockets.listening(socket)  # its server is stopped
     first, second = results
     assert (first.hits, first.misses) == (0, 1) and (second.hits, second.misses) == (1, 0)
     assert second.location.startswith("redis") and redis.removeprefix("redis://") in second.location
