@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_builder.compile.private_files import write_secret
 from kernel_builder.errors import UsageError
 from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.redaction import mask_credentials
@@ -53,12 +54,11 @@ class DistSettings:
         return "\n".join(lines) + "\n"
 
     def write_config(self) -> Path:
-        """sccache's config file (SCCACHE_CONF) for these settings, in kbuild's cache."""
+        """sccache's config file (SCCACHE_CONF) for these settings, in kbuild's cache: 0600
+        from its first byte, and made so again if found otherwise (it holds the token)."""
         text = self.config_text()
         path = cache_dir("sccache-dist-client") / f"client-{short_key(text)}.toml"
-        if not path.exists():
-            path.write_text(text)
-            path.chmod(0o600)  # it holds the token
+        write_secret(path, text)
         return path
 
 

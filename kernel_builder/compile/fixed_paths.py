@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import stat
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ from typing import Any, Iterator
 
 from kernel_builder.compile.cmake import CompileSpec, write_if_changed
 from kernel_builder.compile.job import BuildJob
+from kernel_builder.compile.private_files import own_folder
 from kernel_builder.errors import BuildError
 from kernel_builder.file_lock import exclusive_lock
 
@@ -123,8 +125,10 @@ def real_paths(job: BuildJob) -> CompilePaths:
 def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
     """Links for the job's folders under the fixed folder, held until the job has compiled."""
     assert job.env is not None, "a compiled job has its environment"
-    parent = _own_root() / "compile" / job.manifest.python_name
-    parent.mkdir(parents=True, exist_ok=True)
+    # /tmp/kbuild-<uid> is this user's alone: a folder someone else made (or a link planted
+    # there) would let them choose what the compiles read.
+    parent = own_folder(ROOT_PARENT, "compile") / job.manifest.python_name
+    parent.mkdir(exist_ok=True)
     folders = {
         "kernel": job.manifest.root,
         "work": job.work_dir,
@@ -150,28 +154,23 @@ def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
         yield CompilePaths(folder / "work", tuple(links), folder / "units", folder / "kernel")
 
 
-def _own_root() -> Path:
-    """/tmp/kbuild-<uid>, made by and for this user alone: a folder someone else made (or a
-    link planted there) would let them choose what the compiles read."""
-    root = ROOT_PARENT / f"kbuild-{os.getuid()}"
-    try:
-        root.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise BuildError(f"cannot make {root} for the fixed compile paths of a shared compiler cache: {e.strerror}") from None
-    info = os.lstat(root)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise BuildError(
-            f"{root} is not a folder of this user's alone (a shared compiler cache compiles through links there); "
-            "remove it and build again")
-    return root
-
-
 def _point(link: Path, target: Path) -> None:
-    """`link` -> `target`, replacing whatever link was there in one rename."""
+    """`link` -> `target`, replacing whatever link was there in one rename. A real folder or
+    file there (a crashed or older build, a hand) is removed when it is this user's, else
+    refused in one line: a rename cannot replace a folder, and a compile must not read it."""
     if link.is_symlink() and os.readlink(link) == str(target):
         return
+    try:
+        info = os.lstat(link)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISLNK(info.st_mode):
+        if info.st_uid != os.getuid():
+            raise BuildError(f"{link} is not this user's, where kbuild keeps a link to {target}; remove it and build again")
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(link)
+        else:
+            link.unlink()
     temporary = link.with_name(f".{link.name}.{os.getpid()}")
     temporary.unlink(missing_ok=True)
     temporary.symlink_to(target)

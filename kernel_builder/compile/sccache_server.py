@@ -1,17 +1,19 @@
 """The sccache servers kbuild owns, and the per-job figures read from them.
 
-sccache compiles through one server per SCCACHE_SERVER_PORT, and a running server keeps
+sccache compiles through one server per SCCACHE_SERVER_UDS, and a running server keeps
 the settings it started with (backend, SCCACHE_DIR, base folders, dist config). So kbuild
-never relies on a server someone else started:
+never relies on a server someone else started, and its own listen on sockets only this user
+can reach (never a TCP port: a server runs whatever compiler a client names; sccache_sockets):
 
-- with a remote backend or a dist scheduler, every job starts its own server on a free
-  loopback port, whose statistics are that job's alone (remote hits and misses), and
-  stops it when the job's compiles are done;
+- with a remote backend or a dist scheduler, every job starts its own server, whose
+  statistics are that job's alone (remote hits and misses), and stops it when the job's
+  compiles are done;
 - with only the local disk cache, one server per kbuild process serves every job (sccache's
   disk cache takes one server at a time); a job's figures are the difference of its
   statistics, kept only when no other job compiled meanwhile.
 
-Servers still running when kbuild exits (a failed job) are stopped then.
+Servers still running when kbuild exits (a failed job) are stopped then; those of a killed
+kbuild, by the next one (sccache_sockets).
 """
 
 from __future__ import annotations
@@ -25,17 +27,17 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_builder.compile.sccache_sockets import listening, new_socket
 from kernel_builder.errors import BuildError
-from kernel_builder.loopback import free_port, listening
 
-PORT = "SCCACHE_SERVER_PORT"
+SOCKET = "SCCACHE_SERVER_UDS"
 BASEDIRS = "SCCACHE_BASEDIRS"
 _STATE_FILE = "sccache-server.json"  # in the job's work folder: which server, figures at its start
 _START_TIMEOUT_S = 60
 
 _lock = threading.Lock()
-_started: dict[int, str] = {}  # port -> sccache executable, stopped at exit
-_shared: dict[tuple, int] = {}  # (executable, settings) -> port of the process-wide server
+_started: dict[Path, str] = {}  # socket -> sccache executable, stopped at exit
+_shared: dict[tuple, Path] = {}  # (executable, settings) -> socket of the process-wide server
 _active: dict[str, bool] = {}  # work folder of each job on the shared server -> it overlapped another
 
 
@@ -47,50 +49,48 @@ class Counts:
     location: str
 
 
-def _run(path: str, port: int, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run(path: str, socket: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environment = dict(os.environ if env is None else env)
-    environment.pop("SCCACHE_SERVER_UDS", None)  # it would win over the port
-    environment[PORT] = str(port)
+    environment.pop("SCCACHE_SERVER_PORT", None)
+    environment[SOCKET] = str(socket)
     return subprocess.run([path, *args], env=environment, capture_output=True, text=True, timeout=_START_TIMEOUT_S)
 
 
-def start_server(path: str, settings: dict[str, str]) -> int:
-    """A new server with os.environ plus `settings`; its port."""
-    environment = {**os.environ, **settings}
-    for _ in range(3):  # a port taken between choosing and binding it: choose again
-        port = free_port()
-        result = _run(path, port, "--start-server", env=environment)
-        if result.returncode == 0:
-            with _lock:
-                _started[port] = path
-            return port
-        detail = (result.stderr or result.stdout).strip().splitlines()
-        if not any("in use" in line.lower() for line in detail):
-            break
+def start_server(path: str, settings: dict[str, str]) -> Path:
+    """A new server with os.environ plus `settings`; its socket."""
+    socket = new_socket()
+    result = _run(path, socket, "--start-server", env={**os.environ, **settings})
+    if result.returncode == 0:
+        with _lock:
+            _started[socket] = path
+        return socket
+    detail = (result.stderr or result.stdout).strip().splitlines()
     raise BuildError(f"sccache could not start its server: {detail[-1] if detail else f'exit {result.returncode}'}")
 
 
-def stop_server(path: str, port: int) -> None:
+def stop_server(path: str, socket: Path) -> None:
     with _lock:
-        _started.pop(port, None)
+        _started.pop(socket, None)
     try:
-        _run(path, port, "--stop-server")
+        if listening(socket):  # sccache's client would start a server only to stop it
+            _run(path, socket, "--stop-server")
     except (OSError, subprocess.SubprocessError):
         pass
+    socket.unlink(missing_ok=True)  # sccache leaves it
 
 
 @atexit.register
 def _stop_leftovers() -> None:
-    for port, path in list(_started.items()):
-        stop_server(path, port)
+    for socket, path in list(_started.items()):
+        stop_server(path, socket)
 
 
-def read_counts(path: str, port: int) -> Counts | None:
+def read_counts(path: str, socket: Path) -> Counts | None:
     """The server's statistics, or None when none runs there."""
-    if not listening(port):
+    if not listening(socket):
         return None
     try:
-        result = _run(path, port, "--show-stats", "--stats-format=json")
+        result = _run(path, socket, "--show-stats", "--stats-format=json")
         data = json.loads(result.stdout)
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
@@ -111,35 +111,35 @@ def read_counts(path: str, port: int) -> Counts | None:
     return Counts(total("cache_hits"), misses, distributed, data.get("cache_location") or "")
 
 
-def server_environment(port: int, settings: dict[str, str]) -> dict[str, str]:
-    """What the job's compiles need: its server's port, and the settings again, so that a
+def server_environment(socket: Path, settings: dict[str, str]) -> dict[str, str]:
+    """What the job's compiles need: its server's socket, and the settings again, so that a
     server that died is started again the same way by the next compile."""
-    return {**settings, PORT: str(port)}
+    return {**settings, SOCKET: str(socket)}
 
 
 def start_job_server(path: str, work_dir: Path, settings: dict[str, str]) -> dict[str, str]:
     """A server for this job alone; the job's compile environment."""
-    port = start_server(path, settings)
-    _write_state(work_dir, {"port": port, "own": True})
-    return server_environment(port, settings)
+    socket = start_server(path, settings)
+    _write_state(work_dir, {"socket": str(socket), "own": True})
+    return server_environment(socket, settings)
 
 
 def join_shared_server(path: str, work_dir: Path, settings: dict[str, str]) -> dict[str, str]:
     """The process-wide server (started by the first job); the job's compile environment."""
     key = (path, tuple(sorted(settings.items())))
     with _lock:
-        port = _shared.get(key)
-    if port is None or not listening(port):
-        port = start_server(path, settings)
+        socket = _shared.get(key)
+    if socket is None or not listening(socket):
+        socket = start_server(path, settings)
         with _lock:
-            _shared[key] = port
-    before = read_counts(path, port)
+            _shared[key] = socket
+    before = read_counts(path, socket)
     with _lock:
         for other in _active:
             _active[other] = True
         _active[str(work_dir)] = bool(_active)
-    _write_state(work_dir, {"port": port, "own": False, "before": None if before is None else before.__dict__})
-    return server_environment(port, settings)
+    _write_state(work_dir, {"socket": str(socket), "own": False, "before": None if before is None else before.__dict__})
+    return server_environment(socket, settings)
 
 
 def finish_job(path: str, work_dir: Path) -> Counts | None:
@@ -147,13 +147,14 @@ def finish_job(path: str, work_dir: Path) -> Counts | None:
     that other jobs used meanwhile."""
     try:
         state = json.loads((work_dir / _STATE_FILE).read_text())
-    except (OSError, ValueError):
+        socket = Path(state["socket"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    (work_dir / _STATE_FILE).unlink(missing_ok=True)
-    port = state["port"]
-    counts = read_counts(path, port)
+    finally:
+        (work_dir / _STATE_FILE).unlink(missing_ok=True)
+    counts = read_counts(path, socket)
     if state["own"]:
-        stop_server(path, port)
+        stop_server(path, socket)
     else:
         with _lock:
             overlapped = _active.pop(str(work_dir), True)

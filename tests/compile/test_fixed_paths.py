@@ -104,6 +104,31 @@ def test_a_root_that_others_may_write_is_refused_in_one_line(job):
             pass
 
 
+def test_a_real_folder_or_file_where_a_link_goes_is_replaced_when_it_is_this_users(job):
+    """A crashed build, an older kbuild or a hand left a real folder or file where kbuild
+    keeps a link: it was an IsADirectoryError/FileExistsError traceback on every build."""
+    folder = fixed_paths.ROOT_PARENT / f"kbuild-{os.getuid()}" / "compile" / "relu" / job.variant.name
+    folder.mkdir(parents=True)
+    (folder / "work" / "sub").mkdir(parents=True)
+    (folder / "work" / "sub" / "old.o").write_text("stale")
+    (folder / "kernel").write_text("stale")
+    with fixed_compile_paths(job) as paths:
+        assert (folder / "work").is_symlink() and paths.work_dir.resolve() == job.work_dir.resolve()
+        assert (folder / "kernel").is_symlink() and (folder / "kernel").resolve() == job.manifest.root.resolve()
+
+
+def test_a_real_folder_of_another_user_where_a_link_goes_is_refused_in_one_line(job):
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    folder = fixed_paths.ROOT_PARENT / f"kbuild-{os.getuid()}" / "compile" / "relu" / job.variant.name
+    (folder / "work").mkdir(parents=True)
+    os.chown(folder / "work", 65534, 65534)
+    with pytest.raises(BuildError, match=rf"^{folder / 'work'} is not this user's, .*; remove it and build again$"):
+        with fixed_compile_paths(job):
+            pass
+    assert (folder / "work").is_dir() and not (folder / "work").is_symlink()
+
+
 def test_a_path_is_rewritten_only_at_a_folder_boundary():
     paths = CompilePaths(Path("/f/work"), (("/a/b", "/f/kernel"),), None, None)
     spec = CompileSpec(target="t", suffix=".so", languages=("CXX",), groups=(),

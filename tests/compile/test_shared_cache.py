@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import stat
 import subprocess
+import sys
+import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,7 +23,7 @@ import torch
 from conftest import EXAMPLES, REPO, environments_elsewhere, kbuild, kbuild_in_process
 from cuda_toolkit import CUDA_VARIANT, needs_nvcc
 from kernel_builder.environments.store import PROBE_FILE
-from kernel_builder.compile import sccache_server
+from kernel_builder.compile import sccache_server, sccache_sockets
 from kernel_builder.loopback import free_port, listening
 from kernel_builder.compile.compiler_cache import CacheRequest, CompilerCache, find_compiler_cache
 from kernel_builder.compile.dist_compile import DistSettings, scheduler_problem
@@ -93,16 +98,135 @@ def test_each_job_has_its_own_server_and_figures_from_the_remote_cache(redis, tm
         (work / "CMakeLists.txt").write_text(f'add_library(x MODULE "{work / "unit.c"}")\n')
         (work / "unit.c").write_text("int triple(int x) { return 3 * x; }\n")
         env = cache.job_environment(work)
-        port = int(env["SCCACHE_SERVER_PORT"])
+        socket = Path(env["SCCACHE_SERVER_UDS"])
         assert str(work) in env["SCCACHE_BASEDIRS"].split(":")  # its paths are cut from the keys
         subprocess.run([SCCACHE, "gcc", "-c", str(work / "unit.c"), "-o", str(work / "unit.o")],
                        cwd=work, env={**os.environ, **env}, check=True)
         results.append(cache.job_stats(work))
-        assert not listening(port)  # its server is stopped
+        assert not sccache_sockets.listening(socket)  # its server is stopped
     first, second = results
     assert (first.hits, first.misses) == (0, 1) and (second.hits, second.misses) == (1, 0)
     assert second.location.startswith("redis") and redis.removeprefix("redis://") in second.location
     assert cache.job_stats(tmp_path / "a" / "work") is None  # read once
+
+
+def run_as_another_user(argv: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """`argv` as uid/gid 65534 (nobody), the local adversary; skips where that cannot be done."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("running a command as another user needs root and setpriv")
+    command = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", *argv]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def tcp_listeners(pid: int) -> list[str]:
+    """The TCP sockets process `pid` listens on (inodes of /proc/net/tcp* in state LISTEN)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        target = os.readlink(fd)
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                listening.append(fields[1])
+    return listening
+
+
+@needs_sccache
+@pytest.mark.parametrize("shared_beyond", [False, True], ids=["local-server", "job-server"])
+def test_another_user_cannot_run_a_compiler_through_kbuilds_sccache_server(tmp_path, clean_sccache_env, shared_beyond, request):
+    """The attack of issue 30: another uid names its own "compiler" to kbuild's running
+    server (sccache runs it to detect its kind), which ran it as the builder. The server
+    listens on a socket in a 0700 folder of the builder's, and on no TCP port."""
+    if shared_beyond:
+        clean_sccache_env.setenv("SCCACHE_REDIS_ENDPOINT", request.getfixturevalue("redis"))  # a server per job
+    cache = CompilerCache("sccache", SCCACHE, tmp_path / "local")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = cache.job_environment(work)
+    adversary = Path(tempfile.mkdtemp(prefix="kbuild-adversary-"))
+    try:
+        adversary.chmod(0o777)
+        marker = adversary / "ran-as"
+        (adversary / "evil-cc").write_text(f"#!/bin/sh\nid -u >> {marker}\n")
+        (adversary / "x.c").write_text("int x;\n")
+        shutil.copy(SCCACHE, adversary / "sccache")
+        for name in ("evil-cc", "x.c", "sccache"):
+            (adversary / name).chmod(0o755)
+        reach = {k: v for k, v in env.items() if k.startswith("SCCACHE_SERVER")}  # what a local user can learn
+        run_as_another_user([str(adversary / "sccache"), "./evil-cc", "-c", "x.c"], adversary,
+                            {"PATH": "/usr/bin:/bin", "HOME": str(adversary), "SCCACHE_DIR": str(adversary / "c"), **reach})
+        ran_as = marker.read_text().split() if marker.exists() else []
+        assert str(os.getuid()) not in ran_as, "kbuild's sccache server ran another user's program"
+
+        socket = Path(env["SCCACHE_SERVER_UDS"])
+        folder = os.lstat(socket.parent)
+        assert stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.getuid() and stat.S_IMODE(folder.st_mode) == 0o700
+        server = sccache_sockets._listener_pid(socket)
+        assert server is not None and tcp_listeners(server) == []
+    finally:
+        cache.job_stats(work)
+        sccache_server._stop_leftovers()
+        shutil.rmtree(adversary, ignore_errors=True)
+
+
+@needs_sccache
+def test_a_planted_socket_folder_is_refused_in_one_line(tmp_path, clean_sccache_env, monkeypatch):
+    monkeypatch.setattr(sccache_sockets, "SOCKET_PARENT", tmp_path)
+    monkeypatch.setattr(sccache_sockets, "_tokens", {})
+    root = tmp_path / f"kbuild-{os.getuid()}"
+    root.mkdir(mode=0o700)
+    (root / "sccache").mkdir()
+    (root / "sccache").chmod(0o777)  # anyone could have put a socket or a link there
+    cache = CompilerCache("sccache", SCCACHE, tmp_path / "local")
+    with pytest.raises(KbuildError, match=r"sccache is not a folder of this user's alone.*remove it"):
+        cache.job_environment(tmp_path / "work")
+    (root / "sccache").rmdir()
+    (root / "sccache").symlink_to(tmp_path)
+    with pytest.raises(KbuildError, match="not a folder of this user's alone"):
+        cache.job_environment(tmp_path / "work")
+
+
+@pytest.mark.e2e
+@needs_sccache
+def test_the_sccache_server_of_a_killed_build_is_stopped_by_the_next_one(tmp_path, clean_sccache_env):
+    """A real `kbuild build` is SIGKILLed while its sccache server runs (no exit handler):
+    the server lives on, reachable by this user only; the next kbuild that starts a server
+    stops it (once the killed build's compilers are done) and removes its socket."""
+    kernel = tmp_path / "tiny"
+    shutil.copytree(REPO / "tests" / "fixtures" / "tiny", kernel, ignore=shutil.ignore_patterns("build"))
+    folder = sccache_sockets.SOCKET_PARENT / f"kbuild-{os.getuid()}" / "sccache"
+    before = set(folder.glob("*.sock"))
+    env = {**os.environ, "KBUILD_CACHE_DIR": str(tmp_path / "kbuild-cache"), "SCCACHE_DIR": str(tmp_path / "sccache")}
+    build = subprocess.Popen([sys.executable, "-m", "kernel_builder.cli", "build", str(kernel), "--variant", CPU_VARIANT,
+                              "--compiler-cache-tool", "sccache", "--no-import-check", "--out", str(tmp_path / "out")],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        server = socket = None
+        while server is None and build.poll() is None and time.monotonic() < deadline:
+            for path in set(folder.glob("*.sock")) - before:
+                socket, server = path, sccache_sockets._listener_pid(path)
+            time.sleep(0.05)
+        assert server is not None, "the build started no sccache server on a socket of this user's"
+        build.send_signal(signal.SIGKILL)
+    finally:
+        build.kill()
+        build.wait()
+    assert Path(f"/proc/{server}").exists()  # nothing of the killed kbuild stopped it
+    deadline = time.monotonic() + 300
+    while socket.exists() and time.monotonic() < deadline:
+        sccache_sockets.stop_abandoned(folder)  # what the next build does first
+        time.sleep(0.5)
+    assert not socket.exists() and not sccache_sockets.listening(socket)
+    for _ in range(100):
+        if not Path(f"/proc/{server}").exists() or Path(f"/proc/{server}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the killed build's sccache server {server} still runs")
 
 
 def test_base_folders_are_every_folder_the_generated_project_names(tmp_path):
@@ -143,6 +267,33 @@ def test_the_dist_client_config_holds_the_scheduler_and_token(tmp_path, monkeypa
     assert path.stat().st_mode & 0o077 == 0  # the token stays the user's
     with pytest.raises(KbuildError, match="--dist-scheduler must be an http:// or https:// URL"):
         DistSettings("10.0.0.9:10600")
+
+
+def test_the_dist_token_file_is_0600_from_its_first_byte_and_on_every_use(tmp_path, monkeypatch):
+    """Written 0600 even under a umask of 0 and with no chmod afterwards; a file left 0644
+    (or a link planted at its name) is replaced by a private one."""
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path))
+    settings = DistSettings("http://10.0.0.9:10600", "s3cret")
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)  # no window to close afterwards
+    old_umask = os.umask(0)
+    try:
+        path = settings.write_config()
+    finally:
+        os.umask(old_umask)
+    monkeypatch.undo()
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o644)
+    assert settings.write_config() == path and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert 'token = "s3cret"' in path.read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not the token")
+    elsewhere.chmod(0o644)
+    path.unlink()
+    path.symlink_to(elsewhere)
+    settings.write_config()
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert elsewhere.read_text() == "not the token"  # never written through the link
 
 
 @needs_sccache
