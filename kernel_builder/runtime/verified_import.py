@@ -199,9 +199,11 @@ class VerifiedExtensionLoader(ExtensionFileLoader):
             raise ImportError(f"{self.path} is not a file of a verified variant", name=self.name)
         origin, spec.origin = spec.origin, memfd
         try:
-            return super().create_module(spec)
+            module = super().create_module(spec)
         finally:
             spec.origin = origin
+        module.__file__ = origin  # single-phase init sets it to the memfd's name
+        return module
 
 
 class _Finder(importlib.abc.MetaPathFinder):

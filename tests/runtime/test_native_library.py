@@ -153,3 +153,60 @@ def test_a_library_swapped_in_a_loop_while_loading_never_runs(tmp_path):
             stop.set()
             swapper.join()
         assert not marker.exists(), f"the swapped library's constructor ran (attempt {attempt})"
+
+
+EXTENSION = """
+#include <Python.h>
+#include <stdio.h>
+__attribute__((constructor)) static void init(void) { %s }
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_ext", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__ext(void) { return PyModule_Create(&def); }
+"""
+
+
+def extension(tmp_path: Path, name: str, marker: Path | None) -> Path:
+    """An extension module `_ext` (as a legacy `_ops.py` imports its library: `from . import _x`)."""
+    import sysconfig
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build the test extension")
+    source = tmp_path / f"{name}.c"
+    source.write_text(EXTENSION % (f'FILE *f = fopen("{marker}", "w"); if (f) fclose(f);' if marker else ""))
+    out = tmp_path / f"{name}.so"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(["cc", "-shared", "-fPIC", f"-I{include}", "-o", str(out), str(source)], check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.e2e
+def test_an_extension_module_loads_from_its_verified_bytes(tmp_path, monkeypatch):
+    import importlib.machinery
+
+    marker = tmp_path / "evil-ran"
+    good, evil = extension(tmp_path, "good", None), extension(tmp_path, "evil", marker)
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for name, swap in (("ok", False), ("swapped", True)):
+        folder = make_variant(tmp_path / name, b"")
+        (folder / "_lib.so").unlink()
+        (folder / "_ops.py").write_text("from . import _ext\nvalue = 1\n")
+        (folder / f"_ext{suffix}").write_bytes(good.read_bytes())
+        metadata = json.loads((folder / "metadata.json").read_text())
+        metadata["digest"]["files"] = hash_variant(folder)
+        (folder / "metadata.json").write_text(json.dumps(metadata))
+        if not swap:
+            module = load_local(tmp_path / name)
+            assert module._ext.__file__ == str(folder / f"_ext{suffix}")
+            continue
+        verify = loader.verify_digest
+
+        def verify_then_swap(path, metadata, folder=folder):
+            problems = verify(path, metadata)
+            staged = tmp_path / ".staged.so"
+            shutil.copy(evil, staged)
+            os.replace(staged, folder / f"_ext{suffix}")
+            return problems
+
+        monkeypatch.setattr(loader, "verify_digest", verify_then_swap)
+        with pytest.raises(DigestMismatchError):
+            load_local(tmp_path / name)
+    assert not marker.exists(), "the swapped extension's constructor ran"
