@@ -25,6 +25,7 @@ from collections.abc import Callable
 # A memfd stays open for the life of the process: its `/proc/self/fd/N` is the name the
 # dynamic loader keeps for the library, and a reused number would make a later dlopen of
 # another library's memfd return this one.
+#
 # Paths are matched as named, never resolved: a file swapped for a link to elsewhere is still
 # a file of the variant, read (and refused) by its digest; a huggingface_hub cache's files are
 # links into its blobs/ by design.
@@ -36,6 +37,7 @@ _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
 
 
 def supported() -> bool:
+    """Whether libraries can be mapped from memory here (Linux); elsewhere they load by path."""
     return hasattr(os, "memfd_create")
 
 
