@@ -43,11 +43,14 @@ class ImportProcess:
         # Only kernel_builder goes on the child's path, never kbuild's own site-packages,
         # whose torch would shadow the environment's.
         os.symlink(Path(kernel_builder.__file__).parent, self.folder / "kernel_builder")
-        env = dict(os.environ, PYTHONPATH=str(self.folder), PYTHONDONTWRITEBYTECODE="1")
+        # `python -c` puts its working folder first on sys.path, where a planted json.py or
+        # torch.py would run: it runs in its private folder, and PYTHONSAFEPATH (3.11+) keeps
+        # even that off the path.
+        env = dict(os.environ, PYTHONPATH=str(self.folder), PYTHONDONTWRITEBYTECODE="1", PYTHONSAFEPATH="1")
         try:
             self._process = subprocess.Popen(
                 [python, "-c", _SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env,
+                text=True, env=env, cwd=self.folder,
             )
         except BaseException:
             self._dir.cleanup()
@@ -61,7 +64,7 @@ class ImportProcess:
     def run(self, target: Path, backend: str, timeout_s: float) -> subprocess.CompletedProcess:
         """Load `target` (backend "cpu", or "" for the machine's) and wait for the answer.
         Raises subprocess.TimeoutExpired, the process killed, after `timeout_s`."""
-        request = json.dumps([str(target), backend]) + "\n"
+        request = json.dumps([os.path.abspath(target), backend]) + "\n"
         try:
             stdout, stderr = self._process.communicate(request, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -27,11 +27,11 @@ from __future__ import annotations
 import ast
 import keyword
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.errors import BuildError, ManifestError
+from kernel_builder.kernel.toml_file import load_toml
 
 SIDECAR = "kbuild.toml"
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -77,10 +77,7 @@ def load_fusions(kernel_root: Path) -> tuple[Fusion, ...]:
     if not path.is_file():
         return ()
     file = SIDECAR
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{file}: invalid TOML: {e}") from None
+    data = load_toml(path, file)
     unknown = sorted(set(data) - {"fusion"})
     if unknown:
         raise ManifestError(f"{file}: [{unknown[0]}]: unknown section; kbuild.toml has [fusion.<KernelLayer>] tables")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from kernel_builder.errors import ManifestError
+from kernel_builder.kernel.toml_file import load_toml
 from kernel_builder.variants import BACKENDS
 
 EDITION = 5  # the schema of a file without `edition`
@@ -256,13 +256,7 @@ def load_manifest(kernel_dir: Path | str) -> Manifest:
             f"{file}: a link to {target}, outside the kernel repo {root}; copy the file into the repo, "
             f"or build {target.parent} itself"
         )
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise ManifestError(f"{file}: invalid TOML: {e}") from None
-    except UnicodeDecodeError:
-        raise ManifestError(f"{file}: invalid TOML: the file is not UTF-8 text") from None
-    return _parse(root / path.name, file, data)
+    return _parse(root / path.name, file, load_toml(path, file))
 
 
 def display_path(path: Path) -> str:

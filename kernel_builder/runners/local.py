@@ -7,7 +7,6 @@ into place: a variant that fails its checks never replaces the previous one."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -32,6 +31,7 @@ from kernel_builder.kernel.sources import input_hash
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
+from kernel_builder.runtime.files import JsonFileError, load_json_file
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,14 @@ def job_input_hash(job: BuildJob) -> str:
 
 
 def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
-    metadata_file = job.dest / "metadata.json"
+    # The bounded reader the loader uses: a planted FIFO, a link to a device or deeply nested
+    # JSON in build/ makes the variant out of date (and rebuilt), never a hang or a traceback.
     try:
-        metadata = json.loads(metadata_file.read_text())
-    except (OSError, ValueError):
+        metadata = load_json_file(job.dest / "metadata.json")
+    except (OSError, JsonFileError):
         return False
-    if metadata.get("kbuild", {}).get("input-hash") != wanted_hash:
+    stamp = metadata.get("kbuild") if isinstance(metadata, dict) else None
+    if not isinstance(stamp, dict) or stamp.get("input-hash") != wanted_hash:
         return False
     return not verify_digest(job.dest, metadata)
 

@@ -3,15 +3,18 @@
 
 - every regular file under the folder, recursively, keyed by its POSIX path relative to
   the folder, valued by base64(sha256(bytes)) (standard alphabet, padded);
-- except the top-level `metadata.json` (which holds the digest), anything under a
-  `__pycache__` directory at any depth, and files ending in `.pyc`;
+- except the top-level `metadata.json` (which holds the digest) and top-level
+  `metadata.json.sigstore` (the Sigstore bundle signing metadata.json, added after the
+  build: kernels 0.19.1 leaves it out), anything under a `__pycache__` directory at any
+  depth, and files ending in `.pyc`;
 - hidden files are included; a symlink to a file is hashed by its target's bytes, a
   symlinked directory is not descended into.
 
 The builder writes `metadata["digest"] = {"algorithm": "sha256", "files": hash_variant(dir)}`.
 
 Hashing never opens anything but a regular file (a FIFO or device would block or never end).
-`verify_digest` is stricter than the hash, because what it passes gets imported: every entry
+`verify_digest` compares names before it hashes anything, so an unknown (maybe huge) file is
+refused without being read. It is stricter than the hash, because what it passes gets imported: every entry
 must be a regular file or a folder (a symlinked folder is not hashed yet could shadow a
 module; a link may point anywhere), except the links huggingface_hub's cache makes from a
 snapshot's files into its own blobs/ folder.
@@ -44,8 +47,12 @@ def digest_bytes(data: bytes, algorithm: str) -> str:
     return base64.b64encode(hashlib.new(algorithm, data).digest()).decode("ascii")
 
 
+# Top-level files that are not part of the digest (kernels 0.19.1's exclusions, exactly).
+UNHASHED = ("metadata.json", "metadata.json.sigstore")
+
+
 def _excluded(rel_parts: tuple[str, ...]) -> bool:
-    if rel_parts == ("metadata.json",):
+    if len(rel_parts) == 1 and rel_parts[0] in UNHASHED:
         return True
     return rel_parts[-1].endswith(".pyc")
 
@@ -55,9 +62,16 @@ def hash_variant(path: Path | str, algorithm: str = "sha256") -> dict[str, str]:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unsupported digest algorithm {algorithm!r}; supported: {', '.join(ALGORITHMS)}")
     root = os.fspath(path)
+    return {rel: _file_digest(os.path.join(root, rel), algorithm) for rel in variant_files(root)}
+
+
+def variant_files(path: Path | str) -> list[str]:
+    """The POSIX paths (relative to `path`) of the files hash_variant hashes, sorted,
+    found without reading any file."""
+    root = os.fspath(path)
     if not os.path.isdir(root):
         raise NotADirectoryError(f"{root} is not a folder")
-    files: dict[str, str] = {}
+    files: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=_raise):
         # Prune bytecode caches and (as kernels does) symlinked directories.
         dirnames[:] = [
@@ -67,10 +81,9 @@ def hash_variant(path: Path | str, algorithm: str = "sha256") -> dict[str, str]:
         prefix = () if rel_dir == os.curdir else tuple(Path(rel_dir).parts)
         for name in filenames:
             parts = (*prefix, name)
-            if _excluded(parts):
-                continue
-            files["/".join(parts)] = _file_digest(os.path.join(dirpath, name), algorithm)
-    return dict(sorted(files.items()))
+            if not _excluded(parts):
+                files.append("/".join(parts))
+    return sorted(files)
 
 
 def _raise(error: OSError) -> None:
@@ -145,16 +158,23 @@ def verify_digest(path: Path | str, metadata: dict) -> list[str]:
         untrusted = untrusted_entries(path)
         if untrusted:
             return untrusted  # hashing is moot, and would follow those entries
-        actual = hash_variant(path, algorithm)
+        names = set(variant_files(path))
     except OSError as e:
         return [f"cannot read the folder's files: {e}"]
 
+    # Names first, and only files the digest lists are read: an unknown file, however large,
+    # is refused without being opened.
     problems: list[str] = []
-    for rel in sorted(expected.keys() - actual.keys()):
+    for rel in sorted(expected.keys() - names):
         problems.append(f"{rel}: missing file (listed in the digest, absent from the folder)")
-    for rel in sorted(actual.keys() - expected.keys()):
+    for rel in sorted(names - expected.keys()):
         problems.append(f"{rel}: unknown file (in the folder, not listed in the digest)")
-    for rel in sorted(expected.keys() & actual.keys()):
-        if expected[rel] != actual[rel]:
-            problems.append(f"{rel}: hash mismatch (expected {algorithm} {expected[rel]}, got {actual[rel]})")
+    root = os.fspath(path)
+    for rel in sorted(expected.keys() & names):
+        try:
+            actual = _file_digest(os.path.join(root, rel), algorithm)
+        except OSError as e:
+            return [f"cannot read the folder's files: {e}"]
+        if expected[rel] != actual:
+            problems.append(f"{rel}: hash mismatch (expected {algorithm} {expected[rel]}, got {actual})")
     return problems

@@ -261,6 +261,8 @@ def _import(package: VerifiedPackage, metadata: dict, folder: Path) -> ModuleTyp
         for name in [n for n in sys.modules if n == module_id or n.startswith(module_id + ".")]:
             del sys.modules[name]
         unregister(module_id)
+        if isinstance(e, TamperedError):  # a file (its library, say) changed after the check
+            raise DigestMismatchError(str(e), path=folder, violations=[str(e)]) from None
         e.add_note(f"while importing kernel '{metadata['name']}' (id {module_id}) from variant {folder}")
         raise
     return module

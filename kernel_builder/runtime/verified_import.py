@@ -8,6 +8,10 @@ module's source is read, checked against its digest on that very read, and compi
 `source_to_code`; no bytecode cache is read or written. A name the verified files do not
 hold is not found, rather than handed on to the path finders.
 
+A verified variant's native libraries, whether `_ops.py` loads them through torch or they
+are extension modules, are mapped from the bytes checked on their one read
+(runtime/native_library.py), never reopened by path.
+
 Both build layouts: `files` (the package is the variant folder, or its `<python name>/`
 folder) and `zip` (the package is `<id>.zip`, whose bytes are read and checked once and
 then served from memory; extension modules and the native library lie beside it).
@@ -27,9 +31,13 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleS
 from importlib.readers import FileReader
 from pathlib import Path
 
+import kernel_builder.runtime.native_library as native_library
 from kernel_builder.runtime.digest import digest_bytes
 from kernel_builder.runtime.files import read_regular
 from kernel_builder.runtime.zip_package import INIT, ArchiveResources
+
+
+_NATIVE = (".so", ".dylib")
 
 
 class TamperedError(ImportError):
@@ -83,6 +91,12 @@ class VerifiedPackage:
             )
         return data
 
+    def serves_native_libraries(self) -> bool:
+        """Whether its native libraries load from their verified bytes (native_library.py)."""
+        return self.expected is not None and native_library.supported() and any(
+            name.endswith(_NATIVE) or ".so." in name for name in self.expected
+        )
+
     # -- finding modules ----------------------------------------------------------------------
     def root_spec(self) -> ModuleSpec | None:
         return self.find_spec(self.module_id)
@@ -104,7 +118,8 @@ class VerifiedPackage:
         for suffix in EXTENSION_SUFFIXES:
             if self.has_file(rel + suffix):
                 path = str(self.folder / (rel + suffix))
-                return importlib.util.spec_from_file_location(fullname, path, loader=ExtensionFileLoader(fullname, path))
+                loader_type = VerifiedExtensionLoader if self.serves_native_libraries() else ExtensionFileLoader
+                return importlib.util.spec_from_file_location(fullname, path, loader=loader_type(fullname, path))
         if self.has_file(rel + ".py"):
             return self._source_spec(fullname, rel + ".py", self.folder / (rel + ".py"), None)
         if self.has_folder(rel):
@@ -174,6 +189,23 @@ class VerifiedSourceLoader(importlib.abc.SourceLoader):
         return FileReader(self)
 
 
+class VerifiedExtensionLoader(ExtensionFileLoader):
+    """An extension module of a verified variant, created from its verified bytes (a memfd)
+    rather than from its path; the module's __file__ is still its path in the variant."""
+
+    def create_module(self, spec):
+        memfd = native_library.verified_library_path(self.path)
+        if memfd is None:  # its variant is not registered (not imported by load_local)
+            raise ImportError(f"{self.path} is not a file of a verified variant", name=self.name)
+        origin, spec.origin = spec.origin, memfd
+        try:
+            module = super().create_module(spec)
+        finally:
+            spec.origin = origin
+        module.__file__ = origin  # single-phase init sets it to the memfd's name
+        return module
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     """First on sys.meta_path: answers for every name under a package imported here. Ids
     are identifiers (no dots), so a module's first name part is its package's id."""
@@ -201,8 +233,12 @@ def register(package: VerifiedPackage) -> None:
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
         _finder.packages[package.module_id] = package
+    if package.serves_native_libraries():
+        native_library.register_variant(package.folder, package.read)
 
 
 def unregister(module_id: str) -> None:
     with _lock:
-        _finder.packages.pop(module_id, None)
+        package = _finder.packages.pop(module_id, None)
+    if package is not None:
+        native_library.unregister_variant(package.folder)

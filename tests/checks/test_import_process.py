@@ -25,6 +25,16 @@ def test_closed_without_a_request_it_ends_and_removes_its_folder():
     assert process._process.returncode is not None
 
 
+def test_the_callers_working_folder_is_not_on_its_path(tmp_path, monkeypatch):
+    # The script's first import is json: a json.py in the working folder would run instead.
+    (tmp_path / "json.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    with ImportProcess(sys.executable) as process:
+        done = process.run(tmp_path / "no-variant", "cpu", timeout_s=300)
+    assert not (tmp_path / "ran").exists(), "the json.py in the working folder ran"
+    assert done.returncode != 0 and "no-variant" in done.stderr, done.stderr  # it did get to load_local
+
+
 @pytest.mark.e2e
 def test_a_process_started_ahead_has_torch_imported_and_loads_the_variant(relu_cpu):
     folder = relu_cpu / "build" / VARIANT  # conftest.py: built once per session, only read here

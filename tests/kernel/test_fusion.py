@@ -63,6 +63,7 @@ def test_sidecar_is_read_into_fusions():
         ("[fusion.'1X']\nchildren = []\n", "expected a Python class name"),
         ("[fusion.X]\nchildren = [{ name = 'a' }, { name = 'b' }]\nextra = 1\n", "expected exactly one key, children"),
         ("[fusion.X\n", "invalid TOML"),
+        ("[fusion.X]\nchildren = " + "[" * 100_000 + "]" * 100_000 + "\n", "nest more than 32 levels"),
     ],
 )
 def test_malformed_sidecar_is_one_clear_line(tmp_path, text, message):

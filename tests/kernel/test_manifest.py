@@ -188,6 +188,10 @@ BAD = {
     "build-layout-in-edition-5": (lambda t: t.replace("edition = 5", 'edition = 5\nbuild-layout = "zip"'), ["[general] build-layout", "only valid in edition 6"]),
     "unit-name-dash": (lambda t: t.replace("[kernel.k_xpu]", "[kernel.-k_xpu]"), ["[kernel.-k_xpu]", "letters, digits, '_' or '-'"]),
     "mlx-framework": (lambda t: t + "\n[mlx-noarch]\n", ["[mlx-noarch]", "does not build MLX kernels"]),
+    # tomllib parses arrays and inline tables recursively: a RecursionError, not one line.
+    "deep-array": (lambda t: t + "\n[deep]\nx = " + "[" * 100_000 + "]" * 100_000 + "\n", ["nest more than 32 levels"]),
+    "deep-inline-table": (lambda t: t + "\n[deep]\nx = " + "{a=" * 100_000 + "1" + "}" * 100_000 + "\n", ["nest more than 32"]),
+    "deeper-than-any-kernel": (lambda t: t + "\n[deep]\nx = " + "[" * 40 + "]" * 40 + "\n", ["nest more than 32"]),
 }
 
 

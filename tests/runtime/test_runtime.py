@@ -351,6 +351,57 @@ def test_verify_digest_reports_each_violation(tmp_path):
     assert verify_digest(v, {}) and "digest" in verify_digest(v, {})[0]
 
 
+def kernels_verdict(v: Path) -> list[str]:
+    """kernels 0.19.1's own verification of the variant folder `v`: its violations."""
+    from kernels._internals.digest import DigestVerificationResult, verify_digest as kernels_verify
+    from kernels._rust import Metadata
+
+    result = kernels_verify(v, metadata=Metadata.read_from_file(v / "metadata.json"), location=None)
+    if isinstance(result, DigestVerificationResult.DigestVerificationFailure):
+        return [str(violation) for violation in result.violations]
+    assert isinstance(result, DigestVerificationResult.Success), result
+    return []
+
+
+def test_a_signature_bundle_is_left_out_of_the_digest_as_kernels_does(tmp_path):
+    from kernels._rust import Digest, DigestAlgorithm
+
+    folder, _ = make_repo(tmp_path / "kernel")
+    # What kernels-community ships beside every build: a Sigstore bundle over metadata.json.
+    (folder / "metadata.json.sigstore").write_text('{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}')
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert hash_variant(folder) == dict(Digest.hash_variant(DigestAlgorithm.SHA256, folder).files)
+    assert "metadata.json.sigstore" not in hash_variant(folder)
+    assert verify_digest(folder, metadata) == [] and kernels_verdict(folder) == []
+    assert load_local(tmp_path / "kernel").value == 42
+
+    # Only the top-level bundle is left out: any other extra file is refused by both.
+    for extra in ("extra.py", "sub/metadata.json.sigstore", "metadata.json.sigstore.bak"):
+        (folder / extra).parent.mkdir(exist_ok=True)
+        (folder / extra).write_text("x")
+        assert verify_digest(folder, metadata) == [f"{extra}: unknown file (in the folder, not listed in the digest)"]
+        assert kernels_verdict(folder) == [f"Unknown file: {extra}"]
+        (folder / extra).unlink()
+
+
+def test_names_are_compared_before_any_file_is_hashed(tmp_path, monkeypatch):
+    import kernel_builder.runtime.digest as digest
+
+    v = tmp_path / "v"
+    make_variant(v)
+    metadata = json.loads((v / "metadata.json").read_text())
+    with open(v / "huge.bin", "wb") as f:
+        f.truncate(40 << 30)  # sparse: 40 GB that take minutes to hash
+
+    def file_digest(path, algorithm):
+        assert not path.endswith("huge.bin"), "the unknown file was read"
+        return original(path, algorithm)
+
+    original = digest._file_digest
+    monkeypatch.setattr(digest, "_file_digest", file_digest)
+    assert verify_digest(v, metadata) == ["huge.bin: unknown file (in the folder, not listed in the digest)"]
+
+
 # -- load_local ----------------------------------------------------------------------
 @pytest.mark.parametrize("where", ["root", "build", "variant"])
 def test_load_local_from_root_build_or_variant(tmp_path, where):
