@@ -90,6 +90,9 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
     label = job.variant.name
     progress = settings.progress
     stats, checks, compiled = None, (), None
+    # The work tree's build.log is this run's only once it compiles: a job that fails before
+    # (its environment, its inputs) must not show the previous build's log as its own.
+    logged = False
 
     def result(status: str, detail: str = "", log: bool = False) -> JobResult:
         log_file = str(job.log_file) if log and job.compiled else None
@@ -117,6 +120,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
                 prepared = held.enter_context(ImportProcess(job.env.python))
             library = None
             if job.compiled:
+                logged = True
                 library, compiled = compile_job(job, settings)
                 stats = settings.compiler_cache.job_stats(job.work_dir) if settings.compiler_cache else None
             settings.tools.raise_if_stopped()  # a compiled library stays in the work tree for the next build
@@ -139,8 +143,8 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         if isinstance(e, Interrupted) or settings.tools.stopped:
             # A tool ended by a signal, or a step that failed because the build was stopped
             # (Ctrl-C also reaches an import check): not the kernel's failure.
-            return result("cancelled", e.message, log=job.log_file.exists())
-        return result("failed", e.message, log=job.log_file.exists())
+            return result("cancelled", e.message, log=logged and job.log_file.exists())
+        return result("failed", e.message, log=logged and job.log_file.exists())
     return result("built", log=True)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from kernel_builder.compile.private_files import write_secret
 from kernel_builder.errors import KbuildError
 
 # pip settings that say where packages come from and how to reach them; others (verbosity,
@@ -87,8 +88,7 @@ class ForwardedPip:
         """`text` as the secret `secret_id`, in a file only the user reads, gone after the build."""
         assert self.folder is not None
         path = self.folder / secret_id
-        path.touch(mode=0o600)
-        path.write_text(text)
+        write_secret(path, text)
         self.secrets[secret_id] = path
 
 
@@ -107,8 +107,7 @@ def forwarded_pip(settings: dict[str, str] | None = None, environ: dict[str, str
             if value:
                 lines.append(f"{key} = {value}")
         conf = Path(temp) / PIP_CONF_ID
-        conf.write_text("\n".join(lines) + "\n")
-        conf.chmod(0o600)
+        write_secret(conf, "\n".join(lines) + "\n")
         forwarded.secrets[PIP_CONF_ID] = conf
         yield forwarded
 

@@ -158,3 +158,18 @@ def test_a_failed_image_build_names_the_steps_own_error():
     base_missing = ["ERROR: failed to solve: kbuild-offline-base:nope: not found"]
     assert failure_reason(base_missing) == base_missing[0]
     assert failure_reason([]) == "no output"
+
+
+def test_secret_files_are_private_from_their_first_byte(tmp_path, monkeypatch):
+    """Made 0600 as they are created, not chmod-ed after the text is in (issue 30): chmod
+    does nothing here and the umask lets everyone read."""
+    monkeypatch.setattr(os, "chmod", lambda *args, **kwargs: None)
+    monkeypatch.setattr(Path, "chmod", lambda *args, **kwargs: None)
+    old = os.umask(0)
+    try:
+        with forwarded_pip({"index-url": "https://user:password@mirror.example/simple"}, environ={}) as pip:
+            pip.add_secret("torch-index-url", "https://user:password@mirror.example/whl")
+            modes = {name: oct(path.stat().st_mode & 0o777) for name, path in pip.secrets.items()}
+    finally:
+        os.umask(old)
+    assert modes == {"pip.conf": "0o600", "torch-index-url": "0o600"}
