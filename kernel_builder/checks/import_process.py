@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import subprocess
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import kernel_builder
+from kernel_builder.compile.private_files import own_folder
+from kernel_builder.file_lock import exclusive_lock
 
 # Runs in the variant's environment: import it as the runtime does, list its ops.
 _SCRIPT = r"""
@@ -39,7 +44,7 @@ class ImportProcess:
 
     def __init__(self, python: str):
         self.python = python
-        self._dir = tempfile.TemporaryDirectory(prefix="kbuild-check-")
+        self._dir, self._held = _private_folder()
         # Only kernel_builder goes on the child's path, never kbuild's own site-packages,
         # whose torch would shadow the environment's.
         os.symlink(Path(kernel_builder.__file__).parent, self.folder / "kernel_builder")
@@ -53,13 +58,13 @@ class ImportProcess:
                 text=True, env=env, cwd=self.folder,
             )
         except BaseException:
-            self._dir.cleanup()
+            self._release()
             raise
 
     @property
     def folder(self) -> Path:
         """A private folder that lives as long as the process (for links it should load)."""
-        return Path(self._dir.name)
+        return self._dir
 
     def run(self, target: Path, backend: str, timeout_s: float) -> subprocess.CompletedProcess:
         """Load `target` (backend "cpu", or "" for the machine's) and wait for the answer.
@@ -77,10 +82,33 @@ class ImportProcess:
         if self._process.poll() is None:
             self._process.kill()
         self._process.communicate()
-        self._dir.cleanup()
+        self._release()
 
     def __enter__(self) -> "ImportProcess":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _release(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+        self._held.close()  # the lock goes last: a sweeper never removes a live folder
+
+
+def _private_folder() -> tuple[Path, ExitStack]:
+    """A new folder in /tmp/kbuild-<uid>/check (this user's alone) and its lock, held until
+    the check ends. A kbuild killed while checking (SIGKILL: no cleanup ran) leaves its
+    folder; the next check removes every folder whose lock no process holds any more."""
+    root = own_folder(Path(tempfile.gettempdir()), "check")
+    for lock in root.glob("kbuild-check-*.lock"):
+        with exclusive_lock(lock, blocking=False) as free:
+            if free:
+                shutil.rmtree(lock.with_suffix(""), ignore_errors=True)
+                lock.unlink(missing_ok=True)
+    name = f"kbuild-check-{secrets.token_hex(6)}"
+    held = ExitStack()
+    # The lock before the folder: a folder exists only while its lock is held.
+    held.enter_context(exclusive_lock(root / f"{name}.lock"))
+    held.callback((root / f"{name}.lock").unlink, missing_ok=True)
+    (root / name).mkdir(mode=0o700)
+    return root / name, held

@@ -4,10 +4,15 @@ it imports torch ahead, then loads the one folder it is given; unused, it leaves
 from __future__ import annotations
 
 import json
+import os
+import signal
+import stat
+import subprocess
 import sys
 import time
 
 import pytest
+from pathlib import Path
 
 from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.checks.variant_checks import OK, check_import
@@ -23,6 +28,34 @@ def test_closed_without_a_request_it_ends_and_removes_its_folder():
     process.close()
     assert not folder.exists()
     assert process._process.returncode is not None
+
+
+def test_its_folder_is_private_and_a_killed_kbuilds_folder_goes_with_the_next_check():
+    """kbuild SIGKILLed while a check waits (no cleanup runs) leaves its folder; the next
+    check removes it, and never a folder whose kbuild still runs (issue 30)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom kernel_builder.checks.import_process import ImportProcess\n"
+         "p = ImportProcess(sys.executable)\nprint(p.folder, flush=True)\ntime.sleep(300)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    live = None
+    try:
+        left = Path(holder.stdout.readline().strip())
+        with ImportProcess(sys.executable) as other:
+            assert left.is_dir(), "a running kbuild's folder was removed"
+            live = other.folder
+            info = os.stat(live.parent)
+            assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700
+            assert live.parent.name == "check" and live.parent.parent.name == f"kbuild-{os.getuid()}"
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        assert left.is_dir()
+        ImportProcess(sys.executable).close()
+        assert not left.exists() and not Path(f"{left}.lock").exists()
+        assert not live.exists()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_the_callers_working_folder_is_not_on_its_path(tmp_path, monkeypatch):
