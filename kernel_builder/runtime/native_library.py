@@ -55,7 +55,11 @@ def register_variant(folder: str | os.PathLike, read: Callable[[str], bytes]) ->
             original = torch.ops.load_library
 
             def load_library(path):
-                memfd = verified_library_path(path)
+                # Loaded by path already (before kbuild verified it: the python-name shim of
+                # `kbuild test`, kernels' own loader): loading it by path again maps nothing
+                # and runs no code, while a memfd copy would register its ops a second time,
+                # which torch aborts on.
+                memfd = None if _loaded_by_path(path) else verified_library_path(path)
                 if memfd is None:
                     return original(path)
                 # torch.ops.load_library's own steps, on the memfd (torch would resolve its
@@ -86,6 +90,19 @@ def verified_library_path(path: str | os.PathLike) -> str | None:
                 _open_memfds[file] = memfd
                 return memfd
     return None
+
+
+def _loaded_by_path(path: str | os.PathLike) -> bool:
+    """Whether the dynamic loader already holds the library at `path` (RTLD_NOLOAD maps
+    nothing when it does not)."""
+    import _ctypes  # the dlopen under ctypes.CDLL, with its handle to give back
+
+    try:
+        handle = _ctypes.dlopen(os.path.abspath(path), os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return False
+    _ctypes.dlclose(handle)
+    return True
 
 
 def _memfd(name: str, data: bytes) -> str:

@@ -210,3 +210,16 @@ def test_an_extension_module_loads_from_its_verified_bytes(tmp_path, monkeypatch
         with pytest.raises(DigestMismatchError):
             load_local(tmp_path / name)
     assert not marker.exists(), "the swapped extension's constructor ran"
+
+
+@pytest.mark.e2e
+def test_a_library_loaded_by_path_before_it_was_verified_is_not_loaded_twice(tmp_path):
+    """`kbuild test`'s python-name shim (or kernels' loader) loads a variant by path first;
+    kbuild's loader then maps no second copy, whose ops would register twice (torch aborts)."""
+    import torch
+
+    folder = make_variant(tmp_path / "k", library(tmp_path, "good", None).read_bytes())
+    torch.ops.load_library(str(folder / "_lib.so"))  # before any verified variant: plain torch
+    before = native_library._open_memfds.copy()
+    assert load_local(tmp_path / "k").value == 1
+    assert native_library._open_memfds == before, "a second copy was mapped from memory"
