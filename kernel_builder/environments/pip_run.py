@@ -186,7 +186,9 @@ def run_logged(
                         text = None
                         for part in raw.decode(errors="replace").split("\r"):  # a terminal bar redraws with \r
                             text = tracker.feed(part) or text
-                        if text and on_progress is not None and time.monotonic() - last >= interval:
+                        # Download figures are throttled; the step to installing is always said.
+                        due = text is not None and (text.startswith("installing ") or time.monotonic() - last >= interval)
+                        if text and on_progress is not None and due:
                             last = time.monotonic()
                             on_progress(text)
                     out.flush()

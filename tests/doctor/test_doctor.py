@@ -270,11 +270,14 @@ def test_kernel_relu_cuda_variants_here_and_not():
 
 
 # -- no CUDA toolkit: the compiler-wheel route -----------------------------------------------
-def test_without_nvcc_doctor_names_the_compiler_wheel_route(cli_app, monkeypatch):
+def test_without_nvcc_doctor_names_the_compiler_wheel_route(cli_app, monkeypatch, tmp_path):
     """kbuild's own nvcc lookup finds none (monkeypatched); pip is not asked (its dry runs
-    answer nothing): the route is named with its size unknown, in the JSON and the text."""
+    answer nothing): the route is named with its size unknown, in the JSON and the text.
+    An empty store: the session's own cu130 environment (with the wheels) costs nothing."""
     from kernel_builder.compile.backends import cuda
     from kernel_builder.environments import download_cost
+
+    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
 
     monkeypatch.setattr(cuda, "nvcc_path", lambda: None)
     monkeypatch.setattr(download_cost, "dry_run", lambda *args, **kwargs: None)
@@ -293,11 +296,13 @@ def test_without_nvcc_doctor_names_the_compiler_wheel_route(cli_app, monkeypatch
 @pytest.mark.e2e
 @pytest.mark.cuda
 @needs_hiding
-def test_doctor_with_the_toolkit_hidden_names_the_route_and_its_size():
+def test_doctor_with_the_toolkit_hidden_names_the_route_and_its_size(tmp_path):
     """The real CLI where no nvcc can be found (MACHINE.md: a mount namespace hides it):
     doctor asks pip what the route downloads (torch's CUDA flavour from pip's own indexes
-    and the compiler wheels) and says it."""
+    and the compiler wheels) and says it. An empty store: the session's own cu130
+    environment would make the route cost nothing."""
     environment = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "KBUILD_TORCH_INDEX")}
+    environment["KBUILD_ENVS_DIR"] = str(tmp_path / "envs")
     environment["DOCKER_HOST"] = ENVIRONMENT["DOCKER_HOST"]
     result = subprocess.run(hidden_toolkit([sys.executable, "-m", "kernel_builder.cli", "doctor", "--json"]),
                             capture_output=True, text=True, env=environment, check=False)
