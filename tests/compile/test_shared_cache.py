@@ -122,7 +122,10 @@ def tcp_listeners(pid: int) -> list[str]:
     """The TCP sockets process `pid` listens on (inodes of /proc/net/tcp* in state LISTEN)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue  # closed since the listing (a client's connection ending)
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     listening = []

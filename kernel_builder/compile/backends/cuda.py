@@ -62,9 +62,12 @@ class WheelRoute:
         return f"kbuild build --variant {self.variant.name}"
 
     def size(self) -> str:
-        """'about 3.1 GB, once', or 'downloaded once' while the size is unknown."""
+        """'about 3.1 GB, once', 'downloaded once' while the size is unknown, or 'already
+        downloaded' where the environment and its wheels are there."""
         if self.cost is None or self.cost.size_text() == "size unknown":
             return "downloaded once"
+        if not self.cost.downloads:
+            return "already downloaded"
         return f"{self.cost.size_text()}, once"
 
     def hint(self) -> str:
