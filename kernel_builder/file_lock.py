@@ -13,7 +13,7 @@ import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 # Called once before blocking, with the holder's pid when it has recorded one.
 OnWait = Callable[[int | None], None]
@@ -82,3 +82,13 @@ def _record_holder(fd: int) -> None:
     record = f"{os.getpid():>12}\n".encode()
     os.pwrite(fd, record, 0)
     os.ftruncate(fd, len(record))
+
+
+def abandoned(locks: Iterable[Path]) -> Iterator[Path]:
+    """Each of `locks` that no process holds (its holder ended, however), held while the
+    caller removes what that holder left, then deleted."""
+    for lock in locks:
+        with exclusive_lock(lock, blocking=False) as free:
+            if free:
+                yield lock
+                lock.unlink(missing_ok=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import kernel_builder
 from kernel_builder.compile.private_files import own_folder
-from kernel_builder.file_lock import exclusive_lock
+from kernel_builder.file_lock import abandoned, exclusive_lock
 
 # Runs in the variant's environment: import it as the runtime does, list its ops.
 _SCRIPT = r"""
@@ -100,11 +100,8 @@ def _private_folder() -> tuple[Path, ExitStack]:
     the check ends. A kbuild killed while checking (SIGKILL: no cleanup ran) leaves its
     folder; the next check removes every folder whose lock no process holds any more."""
     root = own_folder(Path(tempfile.gettempdir()), "check")
-    for lock in root.glob("kbuild-check-*.lock"):
-        with exclusive_lock(lock, blocking=False) as free:
-            if free:
-                shutil.rmtree(lock.with_suffix(""), ignore_errors=True)
-                lock.unlink(missing_ok=True)
+    for lock in abandoned(root.glob("kbuild-check-*.lock")):
+        shutil.rmtree(lock.with_suffix(""), ignore_errors=True)
     name = f"kbuild-check-{secrets.token_hex(6)}"
     held = ExitStack()
     # The lock before the folder: a folder exists only while its lock is held.

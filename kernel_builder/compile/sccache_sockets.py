@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from kernel_builder.compile.private_files import own_folder
-from kernel_builder.file_lock import exclusive_lock
+from kernel_builder.file_lock import abandoned, exclusive_lock
 
 # A literal short /tmp, not $TMPDIR: a socket's path may hold at most 107 bytes.
 SOCKET_PARENT = Path("/tmp")
@@ -63,14 +63,10 @@ def _release() -> None:
 
 def stop_abandoned(folder: Path) -> None:
     """Stop the servers of every kbuild process that is gone, and remove their files."""
-    for lock in folder.glob("*.lock"):
-        with exclusive_lock(lock, blocking=False) as free:
-            if not free:
-                continue  # its kbuild still runs
-            for path in folder.glob(f"{lock.stem}-*.sock"):
-                _terminate_listener(path)
-                path.unlink(missing_ok=True)
-            lock.unlink(missing_ok=True)
+    for lock in abandoned(folder.glob("*.lock")):  # a lock still held: its kbuild still runs
+        for path in folder.glob(f"{lock.stem}-*.sock"):
+            _terminate_listener(path)
+            path.unlink(missing_ok=True)
 
 
 def listening(path: Path) -> bool:
