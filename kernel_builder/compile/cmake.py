@@ -19,6 +19,7 @@ from typing import Callable
 from kernel_builder.errors import BuildError, KbuildError
 from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.file_lock import inherited_lock_fds
+from kernel_builder.watchdog import shared_fds
 from kernel_builder.paths import templates_dir
 
 
@@ -228,8 +229,10 @@ def _run(
     log.write("".join(f"{k}={v} " for k, v in (extra_env or {}).items()) + "$ " + " ".join(command) + "\n")
     log.flush()
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **(extra_env or {}))
-    # The build's locks go with the tools, so compilers outliving a killed kbuild still hold them.
-    code = tools.run(command, step, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=inherited_lock_fds())
+    # The build's locks and its sccache servers' watchdog pipes go with the tools, so compilers
+    # outliving a killed kbuild still hold the locks and keep their servers running.
+    code = tools.run(command, step, stdout=log, stderr=subprocess.STDOUT, env=env,
+                     pass_fds=inherited_lock_fds() + shared_fds())
     if code != 0:
         log.flush()
         raise BuildError(f"{step} failed: {first_error(log_file)} (full log: {log_file})")

@@ -12,8 +12,10 @@ can reach (never a TCP port: a server runs whatever compiler a client names; scc
   disk cache takes one server at a time); a job's figures are the difference of its
   statistics, kept only when no other job compiled meanwhile.
 
-Servers still running when kbuild exits (a failed job) are stopped then; those of a killed
-kbuild, by the next one (sccache_sockets).
+Servers still running when kbuild exits (a failed job) are stopped then. A killed kbuild's
+servers are stopped by their watchdogs once kbuild and the build tools it started have
+ended (kernel_builder.watchdog: sccache daemonizes, so nothing dies with kbuild by itself);
+those whose watchdog was killed too, by the next kbuild (sccache_sockets).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_builder.compile.sccache_sockets import listening, new_socket
+from kernel_builder.compile.sccache_sockets import listening, new_socket, terminate_listener
 from kernel_builder.errors import BuildError
+from kernel_builder.watchdog import Watchdog
 
 SOCKET = "SCCACHE_SERVER_UDS"
 BASEDIRS = "SCCACHE_BASEDIRS"
@@ -36,7 +39,7 @@ _STATE_FILE = "sccache-server.json"  # in the job's work folder: which server, f
 _START_TIMEOUT_S = 60
 
 _lock = threading.Lock()
-_started: dict[Path, str] = {}  # socket -> sccache executable, stopped at exit
+_started: dict[Path, tuple[str, Watchdog]] = {}  # socket -> sccache executable and watchdog; stopped at exit
 _shared: dict[tuple, Path] = {}  # (executable, settings) -> socket of the process-wide server
 _active: dict[str, bool] = {}  # work folder of each job on the shared server -> it overlapped another
 
@@ -59,29 +62,41 @@ def _run(path: str, socket: Path, *args: str, env: dict[str, str] | None = None)
 def start_server(path: str, settings: dict[str, str]) -> Path:
     """A new server with os.environ plus `settings`; its socket."""
     socket = new_socket()
-    result = _run(path, socket, "--start-server", env={**os.environ, **settings})
+    # Armed before the server starts: there is no moment when a kill of kbuild leaves it running.
+    # Shared with the build tools: their compiles use it after a killed kbuild too.
+    watchdog = Watchdog(f"{__name__}:stop_server", path, str(socket), share=True)
+    try:
+        result = _run(path, socket, "--start-server", env={**os.environ, **settings})
+    except BaseException:
+        stop_server(path, socket, watchdog)
+        raise
     if result.returncode == 0:
         with _lock:
-            _started[socket] = path
+            _started[socket] = (path, watchdog)
         return socket
+    stop_server(path, socket, watchdog)
     detail = (result.stderr or result.stdout).strip().splitlines()
     raise BuildError(f"sccache could not start its server: {detail[-1] if detail else f'exit {result.returncode}'}")
 
 
-def stop_server(path: str, socket: Path) -> None:
+def stop_server(path: str, socket: Path | str, watchdog: Watchdog | None = None) -> None:
+    socket = Path(socket)
     with _lock:
-        _started.pop(socket, None)
+        _, watchdog = _started.pop(socket, (path, watchdog))
     try:
         if listening(socket):  # sccache's client would start a server only to stop it
             _run(path, socket, "--stop-server")
     except (OSError, subprocess.SubprocessError):
         pass
+    terminate_listener(socket)  # one that did not stop when asked
     socket.unlink(missing_ok=True)  # sccache leaves it
+    if watchdog is not None:
+        watchdog.disarm()
 
 
 @atexit.register
 def _stop_leftovers() -> None:
-    for socket, path in list(_started.items()):
+    for socket, (path, _) in list(_started.items()):
         stop_server(path, socket)
 
 

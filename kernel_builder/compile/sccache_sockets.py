@@ -7,9 +7,9 @@ in /tmp/kbuild-<uid>/sccache (0700, checked on every use: private_files) to this
 Each kbuild process names its sockets `<token>-<n>.sock` and holds `<token>.lock` (a flock,
 which the kernel releases however the process ends) while it lives; so do the build tools
 it starts (file_lock's inherit), which compile through those servers. kbuild stops its
-servers with their jobs and at exit (sccache_server); the servers of a kbuild that was
-killed (SIGKILL: no exit handler ran) are stopped by the next kbuild that starts one, once
-its compilers have ended too: then their lock is free. A server is found by its socket, not by a recorded pid, so one that a compile started
+servers with their jobs and at exit, and their watchdogs when kbuild was killed
+(sccache_server); the servers of a kbuild that was killed with its watchdogs are stopped by
+the next kbuild that starts one, once its compilers have ended too: then their lock is free. A server is found by its socket, not by a recorded pid, so one that a compile started
 again after the first died (the sccache client does that) is stopped too.
 """
 
@@ -65,7 +65,7 @@ def stop_abandoned(folder: Path) -> None:
     """Stop the servers of every kbuild process that is gone, and remove their files."""
     for lock in abandoned(folder.glob("*.lock")):  # a lock still held: its kbuild still runs
         for path in folder.glob(f"{lock.stem}-*.sock"):
-            _terminate_listener(path)
+            terminate_listener(path)
             path.unlink(missing_ok=True)
 
 
@@ -74,7 +74,8 @@ def listening(path: Path) -> bool:
     return _listener_pid(path) is not None
 
 
-def _terminate_listener(path: Path) -> None:
+def terminate_listener(path: Path) -> None:
+    """SIGTERM to this user's process that listens on `path`, if any."""
     pid = _listener_pid(path)
     if pid is not None:
         try:

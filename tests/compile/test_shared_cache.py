@@ -192,12 +192,65 @@ def test_a_planted_socket_folder_is_refused_in_one_line(tmp_path, clean_sccache_
         cache.job_environment(tmp_path / "work")
 
 
+def ended(pid: int) -> bool:
+    """Whether process `pid` is gone (or a zombie: it has exited, its parent has not reaped it yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+_KILLED_KBUILD = """
+import os, signal, sys
+from kernel_builder.compile import sccache_server
+socket = sccache_server.start_server(sys.argv[1], {"SCCACHE_DIR": sys.argv[2]})
+if sys.argv[3] == "with-watchdog":
+    os.kill(sccache_server._started[socket][1]._process.pid, signal.SIGKILL)
+print(socket, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@needs_sccache
+@pytest.mark.skipif(sys.platform != "linux", reason="finds the server's pid through SO_PEERCRED and /proc")
+def test_a_killed_kbuilds_sccache_server_stops_by_its_watchdog_or_else_with_the_next_kbuild(tmp_path, clean_sccache_env):
+    """A kbuild that starts a server, then is SIGKILLed (no exit handler runs): its watchdog
+    stops the server within seconds. Killed with its watchdog (a kill of every process), the
+    server lives on until the next kbuild that starts one stops it."""
+    folder = sccache_sockets.SOCKET_PARENT / f"kbuild-{os.getuid()}" / "sccache"
+    servers = {}
+    for how in ("alone", "with-watchdog"):
+        killed = subprocess.run([sys.executable, "-c", _KILLED_KBUILD, SCCACHE, str(tmp_path / how), how],
+                                capture_output=True, text=True, cwd=REPO)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        socket = Path(killed.stdout.strip())
+        servers[how] = (socket, sccache_sockets._listener_pid(socket))
+    socket, server = servers["alone"]
+    assert wait_until(lambda: server is None or ended(server), 10), f"sccache server {server} outlived its kbuild"
+    assert wait_until(lambda: not socket.exists(), 5)
+
+    socket, server = servers["with-watchdog"]
+    assert server is not None and not ended(server)  # nothing of the killed kbuild is left to stop it
+    sccache_sockets.stop_abandoned(folder)  # what the next kbuild does first
+    assert wait_until(lambda: ended(server), 10) and not socket.exists()
+
+
 @pytest.mark.e2e
 @needs_sccache
-def test_the_sccache_server_of_a_killed_build_is_stopped_by_the_next_one(tmp_path, clean_sccache_env):
-    """A real `kbuild build` is SIGKILLed while its sccache server runs (no exit handler):
-    the server lives on, reachable by this user only; the next kbuild that starts a server
-    stops it (once the killed build's compilers are done) and removes its socket."""
+def test_the_sccache_server_of_a_killed_build_stops_with_the_builds_compilers(tmp_path, clean_sccache_env):
+    """A real `kbuild build` is SIGKILLed mid-compile (kbuild alone, as a CI runner kills a
+    step's main process): its compilers finish, compiling through the server; once the last
+    of them has ended, the server stops (the watchdog) and its socket goes, within seconds
+    and with no other kbuild run."""
     kernel = tmp_path / "tiny"
     shutil.copytree(REPO / "tests" / "fixtures" / "tiny", kernel, ignore=shutil.ignore_patterns("build"))
     folder = sccache_sockets.SOCKET_PARENT / f"kbuild-{os.getuid()}" / "sccache"
@@ -207,29 +260,36 @@ def test_the_sccache_server_of_a_killed_build_is_stopped_by_the_next_one(tmp_pat
                               "--compiler-cache-tool", "sccache", "--no-import-check", "--out", str(tmp_path / "out")],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
         server = socket = None
-        while server is None and build.poll() is None and time.monotonic() < deadline:
+        tools: list[int] = []
+
+        def compiling() -> bool:
+            nonlocal server, socket, tools
             for path in set(folder.glob("*.sock")) - before:
                 socket, server = path, sccache_sockets._listener_pid(path)
-            time.sleep(0.05)
-        assert server is not None, "the build started no sccache server on a socket of this user's"
+            tools = [pid for pid, command in children(build.pid).items() if "--build" in command]  # cmake --build
+            return build.poll() is not None or (server is not None and bool(tools))
+
+        assert wait_until(compiling, 300) and build.poll() is None, "the build never compiled through an sccache server"
         build.send_signal(signal.SIGKILL)
     finally:
         build.kill()
         build.wait()
-    assert Path(f"/proc/{server}").exists()  # nothing of the killed kbuild stopped it
-    deadline = time.monotonic() + 300
-    while socket.exists() and time.monotonic() < deadline:
-        sccache_sockets.stop_abandoned(folder)  # what the next build does first
-        time.sleep(0.5)
-    assert not socket.exists() and not sccache_sockets.listening(socket)
-    for _ in range(100):
-        if not Path(f"/proc/{server}").exists() or Path(f"/proc/{server}/stat").read_text().split()[2] == "Z":
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"the killed build's sccache server {server} still runs")
+    assert wait_until(lambda: all(ended(pid) for pid in tools), 300), "the killed build's compiles never ended"
+    assert wait_until(lambda: ended(server), 5), f"the killed build's sccache server {server} outlived its compilers"
+    assert wait_until(lambda: not socket.exists(), 5)
+
+
+def children(pid: int) -> dict[int, str]:
+    """pid -> command line of each live child of `pid`."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue  # exited meanwhile
+    return found
 
 
 def test_base_folders_are_every_folder_the_generated_project_names(tmp_path):
