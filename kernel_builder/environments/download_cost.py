@@ -27,7 +27,7 @@ from typing import Sequence
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
-from kernel_builder.environments.pip_run import dies_with_kbuild, pip_environment
+from kernel_builder.environments.pip_run import pip_environment, pip_process
 from kernel_builder.formatting import human_size
 from kernel_builder.paths import cache_dir
 
@@ -145,8 +145,9 @@ def _dry_run(key: str, index_url: str | None) -> tuple[Download, ...] | None:
         if ignore_installed:
             command.insert(4, "--ignore-installed")
         try:
-            done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL, env=pip_environment(index_url),
-                                  preexec_fn=dies_with_kbuild(), timeout=_DRY_RUN_TIMEOUT_S, check=False)
+            with pip_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                             env=pip_environment(index_url)) as done:
+                done.wait(timeout=_DRY_RUN_TIMEOUT_S)
             items = json.loads(report.read_text())["install"] if done.returncode == 0 else None
         except (OSError, subprocess.TimeoutExpired, ValueError, KeyError):
             return None

@@ -7,8 +7,11 @@ bytes of the file it names on its "Downloading NAME (SIZE)" line). Older pip (en
 MB"): progress then moves file by file. Either way the bytes count against the total the
 dry run announced (environments.download_cost), the files it sized by name.
 
-pip dies with kbuild: on Linux each pip gets SIGKILL when kbuild's thread that started it
-ends, even by SIGKILL (prctl PR_SET_PDEATHSIG), so no orphaned pip keeps writing into an
+pip dies with kbuild, and so does every process pip starts (build backends, pip's own
+subprocesses): pip runs in a process group of its own, which kbuild kills when it stops pip
+and a watchdog (kernel_builder.watchdog) kills when kbuild was killed, even by SIGKILL; on
+Linux pip itself also gets SIGKILL when kbuild's thread that started it ends (prctl
+PR_SET_PDEATHSIG), the watchdog's first moment included. So no orphan keeps writing into an
 environment folder that the next kbuild removes and creates again. An index URL with a
 password reaches pip through its environment (PIP_INDEX_URL), never its arguments (which
 any local user can read in /proc), and every line of the log is written masked.
@@ -25,12 +28,14 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
 
 from kernel_builder.formatting import human_size
 from kernel_builder.redaction import mask_credentials
+from kernel_builder.watchdog import Watchdog
 
 RAW_PROGRESS_PIP = (24, 1)  # the first pip with --progress-bar raw
 PROGRESS_INTERVAL_S = 0.5  # at most two updates a second: a table redraws at 4
@@ -159,6 +164,37 @@ def dies_with_kbuild() -> Callable[[], None] | None:
     return preexec
 
 
+@contextmanager
+def pip_process(command: Sequence[str], **popen_args) -> Iterator[subprocess.Popen]:
+    """`command` (a pip) running, in a process group of its own that stops whole with kbuild
+    (module docstring); the group is killed if the block is left before pip ended (an
+    error, a timeout, Ctrl-C)."""
+    process = subprocess.Popen(command, start_new_session=True, preexec_fn=dies_with_kbuild(), **popen_args)
+    try:
+        watchdog = Watchdog(f"{__name__}:kill_group", process.pid)
+    except BaseException:
+        kill_group(process.pid)
+        process.wait()
+        raise
+    try:
+        with process:
+            try:
+                yield process
+            finally:
+                if process.poll() is None:  # its group id is still its own
+                    kill_group(process.pid)
+    finally:
+        watchdog.disarm()
+
+
+def kill_group(group: int) -> None:
+    """SIGKILL to every process of `group` (pip and what it started)."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # all ended
+
+
 def pip_environment(index_url: str | None) -> dict[str, str] | None:
     """The environment of a pip that installs from `index_url` (None: pip's own configuration)."""
     return None if not index_url else {**os.environ, "PIP_INDEX_URL": index_url}
@@ -178,23 +214,21 @@ def run_logged(
         for step in steps:
             out.write(mask_credentials(f"$ {shlex.join(step)}\n").encode())
             out.flush()
-            with subprocess.Popen(step, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  env=environment, preexec_fn=dies_with_kbuild()) as proc:
-                try:
-                    for raw in proc.stdout:  # type: ignore[union-attr]
-                        out.write(mask_credentials(raw.decode(errors="surrogateescape")).encode(errors="surrogateescape"))
-                        text = None
-                        for part in raw.decode(errors="replace").split("\r"):  # a terminal bar redraws with \r
-                            text = tracker.feed(part) or text
-                        # Download figures are throttled; the step to installing is always said.
-                        due = text is not None and (text.startswith("installing ") or time.monotonic() - last >= interval)
-                        if text and on_progress is not None and due:
-                            last = time.monotonic()
-                            on_progress(text)
-                    out.flush()
-                except BaseException:  # Ctrl-C included: pip goes with kbuild
-                    proc.kill()
-                    raise
+            # Ctrl-C included: pip goes with kbuild (pip_process).
+            with pip_process(step, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=environment) as proc:
+                for raw in proc.stdout:  # type: ignore[union-attr]
+                    out.write(mask_credentials(raw.decode(errors="surrogateescape")).encode(errors="surrogateescape"))
+                    text = None
+                    for part in raw.decode(errors="replace").split("\r"):  # a terminal bar redraws with \r
+                        text = tracker.feed(part) or text
+                    # Download figures are throttled; the step to installing is always said.
+                    due = text is not None and (text.startswith("installing ") or time.monotonic() - last >= interval)
+                    if text and on_progress is not None and due:
+                        last = time.monotonic()
+                        on_progress(text)
+                out.flush()
+                proc.wait()
             if proc.returncode != 0:
                 return False
     return True

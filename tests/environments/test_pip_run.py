@@ -5,8 +5,10 @@ index), and from a real install into a new venv."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,62 @@ def test_a_real_install_into_a_new_venv_reports_progress(tmp_path):
     assert any("idna-3." in text and (" so far" in text) for text in heard), heard
     assert heard[-1] == "installing 1 package"
     assert "Successfully installed idna-3." in log.read_text()
+
+
+# A project whose in-tree build backend pip runs in a subprocess of its own (pip always runs
+# PEP 517 hooks in a child) that records its pid, then blocks: a real pip with a real child.
+_BLOCKING_BACKEND = '''
+import os, pathlib, time
+def _block(*args, **kwargs):
+    pathlib.Path(os.environ["BACKEND_PID_FILE"]).write_text(str(os.getpid()))
+    time.sleep(600)
+get_requires_for_build_wheel = prepare_metadata_for_build_wheel = build_wheel = _block
+'''
+_KBUILD_RUNNING_PIP = """
+import sys
+from pathlib import Path
+from kernel_builder.environments.pip_run import run_logged
+run_logged([sys.argv[1:]], Path(os.environ["PIP_LOG"]))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads process states in /proc")
+def test_a_killed_kbuild_takes_pip_and_the_processes_pip_started_with_it(tmp_path):
+    """kbuild SIGKILLed while pip's build backend (pip's child) runs: pip and the backend
+    both end within seconds; PR_SET_PDEATHSIG alone ended pip and left the backend running."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "blocks"\nversion = "0"\n')
+    (project / "backend.py").write_text(_BLOCKING_BACKEND)
+    pid_file = tmp_path / "backend.pid"
+    env = {**os.environ, "BACKEND_PID_FILE": str(pid_file), "PIP_LOG": str(tmp_path / "pip.log")}
+    pip = [sys.executable, "-m", "pip", "install", "--no-index", "--no-build-isolation", "--no-deps", str(project)]
+    kbuild = subprocess.Popen([sys.executable, "-c", "import os\n" + _KBUILD_RUNNING_PIP, *pip], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert kbuild.poll() is None, (tmp_path / "pip.log").read_text()
+            assert time.monotonic() < deadline, "pip never ran the build backend"
+            time.sleep(0.05)
+        backend = int(pid_file.read_text())
+        pip_pid = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert "pip" in Path(f"/proc/{pip_pid}/cmdline").read_text()  # the backend is pip's child
+        kbuild.kill()
+        kbuild.wait()
+        deadline = time.monotonic() + 10
+        while (_alive(backend) or _alive(pip_pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pip_pid), "pip outlived the kbuild that ran it"
+        assert not _alive(backend), "pip's build backend outlived the kbuild that ran pip"
+    finally:
+        kbuild.kill()
+        kbuild.wait()
