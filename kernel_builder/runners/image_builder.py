@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.errors import KbuildError
+from kernel_builder.redaction import mask_credentials
 from kernel_builder.runners.pip_forwarding import ForwardedPip
 
 # BuildKit's plain progress prefixes every line with its step number ("#7 12.3 ...").
@@ -126,7 +127,8 @@ def _run(argv: list[str], environment: dict[str, str], tag: str, say: Callable[[
     assert process.stdout is not None
     with process:
         for raw in process.stdout:
-            line = _STEP_PREFIX.sub("", raw.rstrip())
+            # Masked: a step may print a URL it was given as a secret (pip's error messages).
+            line = mask_credentials(_STEP_PREFIX.sub("", raw.rstrip()))
             if line.strip():
                 say(line)
                 tail = (tail + [line])[-_TAIL:]

@@ -8,17 +8,22 @@ themselves where they can (root, debootstrap) and skip, saying why, where no eng
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild
+from conftest import copy_example, kbuild, kbuild_in_process
 from kernel_builder.runners import docker_images
 from kernel_builder.runners.docker import KBUILD_PACKAGE_DIR, container_spec, run_container
 from kernel_builder.variants import Variant
@@ -78,30 +83,89 @@ def test_builds_tiny_in_a_container_as_the_caller(engine, base_image, tmp_path):
     assert metadata.stat().st_uid == os.getuid(), "outputs belong to the caller, not root"
 
 
-def test_a_remade_base_rebuilds_the_image_of_the_same_tag(engine, base_image, tmp_path):
-    """Same name, other content (offline-base.sh run again): the image is not 'present'."""
+PASSWORD = "s3cr3t-index-pw"
+
+
+@contextmanager
+def index_behind_a_password() -> Iterator[tuple[str, list[str]]]:
+    """An index URL with user:password@ on loopback (the image build runs with the host's
+    network) and the Authorization headers it received. It serves nothing (404): pip goes on
+    to the host's forwarded indexes, which serve torch, so the build works as before."""
+    heard: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard.append(self.headers.get("Authorization", ""))
+            self.send_error(404)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://kbuild:{PASSWORD}@127.0.0.1:{server.server_address[1]}/simple", heard
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def holds(command: list[str], secret: bytes) -> bool:
+    """Whether `command`'s output (a `docker save` tar: GBs) holds `secret`, read as a stream."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        tail = b""
+        found = False
+        while chunk := process.stdout.read(1 << 20):
+            found = found or secret in tail + chunk
+            tail = chunk[-len(secret):]
+    assert process.returncode == 0, f"{command} failed"
+    return found
+
+
+def test_a_remade_base_rebuilds_the_image_of_the_same_tag(engine, base_image, tmp_path, monkeypatch):
+    """Same name, other content (offline-base.sh run again): the image is not 'present'.
+    These builds install torch with an index password (KBUILD_TORCH_INDEX): it reaches pip
+    as a BuildKit secret, and neither the plan, the build's output, the image's history nor
+    any byte of the saved image holds it."""
     variant = Variant.parse(CPU)
     docker_images.build_images([variant], engine, base_image=base_image)
     stand_in = f"kbuild-test-base-copy:{os.getpid()}"
     engine.images.get(base_image).tag(stand_in)
-    try:
-        first, _ = docker_images.build_images([variant], engine, base_image=stand_in)
-        again, _ = docker_images.build_images([variant], engine, base_image=stand_in)
-        assert again[0].status == "present"
-        # Re-point the name at other content: a one-layer child of the base.
-        child = engine.containers.create(stand_in, ["true"], network_mode="none")
-        child.commit(*stand_in.split(":"))
-        child.remove()
-        lines: list[str] = []
-        rebuilt, _ = docker_images.build_images([variant], engine, base_image=stand_in, say=lines.append)
-        assert rebuilt[0].status == "built" and any("its base changed" in line for line in lines)
-    finally:
+    secret = PASSWORD.encode()
+    with index_behind_a_password() as (index, heard):
+        monkeypatch.setenv("KBUILD_TORCH_INDEX", index)  # every build below: its image tag holds it masked
         tag = docker_images.image_for(variant, base_image=stand_in).tag
-        for name in (tag, stand_in):
-            try:
-                engine.images.remove(name, force=True)
-            except Exception:  # noqa: BLE001 -- already gone
-                pass
+        try:
+            plan = kbuild_in_process("docker", "build-images", "--dry-run", "--base-image", stand_in,
+                                     "torch=2.13 backend=cpu os=linux arch=x86_64")
+            assert plan.returncode == 0 and "TORCH_INDEX_URL=http://***@127.0.0.1" in plan.stdout, plan.stdout + plan.stderr
+            assert PASSWORD not in plan.stdout + plan.stderr
+            lines: list[str] = []
+            first, _ = docker_images.build_images([variant], engine, base_image=stand_in, say=lines.append)
+            assert first[0].status == "built" and first[0].image.tag == tag
+            expected = "Basic " + base64.b64encode(f"kbuild:{PASSWORD}".encode()).decode()
+            assert expected in heard, f"the torch install never asked the index with its password: {heard}"
+            assert PASSWORD not in "\n".join(lines)
+            history = subprocess.run(["docker", "history", "--no-trunc", tag], capture_output=True, text=True, check=True).stdout
+            assert "TORCH_INDEX_URL=http://***@127.0.0.1" in history and PASSWORD not in history
+            assert not holds(["docker", "save", tag], PASSWORD.encode()), "the index password is in the saved image"
+
+            again, _ = docker_images.build_images([variant], engine, base_image=stand_in)
+            assert again[0].status == "present"
+            # Re-point the name at other content: a one-layer child of the base.
+            child = engine.containers.create(stand_in, ["true"], network_mode="none")
+            child.commit(*stand_in.split(":"))
+            child.remove()
+            lines = []
+            rebuilt, _ = docker_images.build_images([variant], engine, base_image=stand_in, say=lines.append)
+            assert rebuilt[0].status == "built" and any("its base changed" in line for line in lines)
+        finally:
+            for name in (tag, stand_in):
+                try:
+                    engine.images.remove(name, force=True)
+                except Exception:  # noqa: BLE001 -- already gone
+                    pass
 
 
 def test_swiglu_cpu_and_cu130_build_in_containers_and_pass_check(engine, base_image, tmp_path):
