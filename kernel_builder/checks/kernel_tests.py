@@ -5,8 +5,9 @@ plus what its tests import installed in a cached test environment (kernel_builde
 
 A test import is installed only when the repo does not provide the module itself (a module or
 package at its root or in tests/, which pytest puts on sys.path: from the index, that name
-could be anyone's) and a known distribution provides it (kernel_builder.environments.import_names);
-what will be installed is listed, with the test file that needs it, before pip runs."""
+could be anyone's) and a known distribution provides it (kernel_builder.environments.import_names),
+and so is an import of the kernel's own package; what will be installed is listed, with the
+file that needs it, before pip runs, and an import nothing known provides is named, not installed."""
 
 from __future__ import annotations
 
@@ -307,9 +308,11 @@ def run_kernel_tests(
     metadata = read_metadata(variant_dir)
     backend = metadata.get("backend", {})
     backend = backend.get("type", "cpu") if isinstance(backend, dict) else str(backend)
-    required = {**dict(kernel_runtime_needs(manifest, backend).why),
-                "pytest": "kbuild test runs pytest", KERNELS_PIN: "the tests' get_kernel loads the build"}
+    needs = kernel_runtime_needs(manifest, backend)
+    required = {**dict(needs.why), "pytest": "kbuild test runs pytest", KERNELS_PIN: "the tests' get_kernel loads the build"}
     extras, unresolved = packages_tests_import(kernel_dir, tests_dir, manifest.python_name, base_python)
+    # The kernel's own imports that nothing known provides: named, never installed by name.
+    unresolved += [{"package": module, "reason": why} for module, why in needs.unmet_imports(base_python)]
     installs = planned_installs(base_python, {**extras, **required})
     for item in installs:
         announce(f"test environment installs {item['spec']}: {item['why']}")

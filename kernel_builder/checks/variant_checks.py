@@ -339,6 +339,9 @@ def check_import(
     try:
         with package_files_of(folder, metadata) as package:  # a zip variant's files are read from its archive
             needs = variant_runtime_needs(package, metadata)
+        unmet = needs.unmet_imports(python)
+        if unmet:
+            raise RuntimeEnvError("; ".join(why for _, why in unmet))
         python = runtime_python(python, needs.packages)
     except RuntimeEnvError as exc:
         return _skipped("import", f"the kernel's runtime needs cannot be met here: {exc.message}")

@@ -6,9 +6,11 @@ What a kernel needs (`RuntimeNeeds`) is read from two places, by one scanner:
   names the way the kernels runtime maps them (its python_depends.json: tvm-ffi -> apache-tvm-ffi);
 - the imports of its Python package: every absolute `import x` / `from x import` whose top-level
   module is not the standard library, torch, the package itself or a declared dependency, as the
-  distribution that provides it (import_names.PROVIDERS: `attr` is attrs; one known only from
-  source, such as apex, is never installed by name). Imports guarded by `try: ... except
-  ImportError` are optional and not needs. `triton` is one such need.
+  distribution that provides it (import_names: `attr` is attrs). A module no known distribution
+  provides (one built from source such as apex, or any name the table lacks) is never installed
+  by its name, which on an index could be anyone's: it is `unresolved`, and where the base
+  interpreter lacks it too (`unmet_imports`) the caller names it in one line. Imports guarded by
+  `try: ... except ImportError` are optional and not needs. `triton` is one such need.
 
 `runtime_python(base, packages)` gives an interpreter that sees everything `base` has (its torch)
 plus `packages`: a small venv in kbuild's cache whose site-packages holds a .pth file adding the
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder.paths import cache_dir, short_key
-from kernel_builder.environments.import_names import NOT_ON_PYPI, PROVIDERS
+from kernel_builder.environments.import_names import installed_modules, provider
 from kernel_builder.environments.pip_run import pip_reason
 from kernel_builder.errors import KbuildError
 from kernel_builder.file_lock import exclusive_lock
@@ -54,6 +56,15 @@ class RuntimeEnvError(KbuildError):
 class RuntimeNeeds:
     packages: tuple[str, ...]  # pip requirement strings, e.g. ("einops", "triton")
     why: tuple[tuple[str, str], ...]  # (package, reason)
+    # (module, why): imported, but no known distribution provides it, so nothing is installed for it
+    unresolved: tuple[tuple[str, str], ...] = ()
+
+    def unmet_imports(self, python: str) -> list[tuple[str, str]]:
+        """The unresolved modules `python` lacks too: (module, one line naming the file and why)."""
+        if not self.unresolved:
+            return []
+        installed = installed_modules(python)
+        return [(module, why) for module, why in self.unresolved if not installed.get(module)]
 
 
 # python-depends name -> pip name, as the kernels runtime (0.19.1 python_depends.json) maps them.
@@ -98,15 +109,18 @@ def _needs(depends: Iterable[str], package_dir: Path, python_name: str, declared
         pip_name = _DEPENDS_PIP.get(dep, dep)
         packages.setdefault(pip_name, f"{declared_in} python-depends lists {dep}")
         provided.add(_DEPENDS_IMPORT.get(dep, dep.replace("-", "_")))
-    # A module the index has only under someone else's name (apex) is never installed by name.
-    skip = set(sys.stdlib_module_names) | _WITH_TORCH | provided | set(NOT_ON_PYPI) | {python_name, "_ops", "__future__"}
+    skip = set(sys.stdlib_module_names) | _WITH_TORCH | provided | {python_name, "_ops", "__future__"}
+    unresolved: dict[str, str] = {}
     for module, where in _third_party_imports(package_dir):
         if module in skip:
             continue
-        pip_name = PROVIDERS.get(module, module)
-        packages.setdefault(pip_name, f"{where} imports {module}")
+        found = provider(module, {})  # by what provides it: an index may serve anyone's `module`
+        if found.distribution:
+            packages.setdefault(found.distribution, f"{where} imports {module}")
+        else:
+            unresolved.setdefault(module, f"{where} imports {module}: {found.reason}")
     names = tuple(sorted(packages))
-    return RuntimeNeeds(packages=names, why=tuple((n, packages[n]) for n in names))
+    return RuntimeNeeds(packages=names, why=tuple((n, packages[n]) for n in names), unresolved=tuple(unresolved.items()))
 
 
 def _third_party_imports(package_dir: Path) -> list[tuple[str, str]]:

@@ -29,9 +29,16 @@ DEPENDENT_TEST = "import helpers\nimport benchmarks.bench\n"
 CONFUSED_TEST = DEPENDENT_TEST + "import attr\nimport jwt\nimport apex\n\n\ndef test_nothing():\n    pass\n"
 
 
+# A name nothing known provides, imported by the kernel's own package: an index could serve
+# anyone's distribution of that name, so it is named and never installed.
+UNKNOWN = "kbuild_fixture_squattable"
+
+
 def _kernel_with_own_modules(root: Path, test_source: str) -> Path:
     kernel = root / "tested"
     shutil.copytree(FIXTURE, kernel, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    package = kernel / "torch-ext" / "tested" / "__init__.py"
+    package.write_text(f"import {UNKNOWN}\n" + package.read_text())
     (kernel / "helpers.py").write_text("LOCAL = True\n")
     (kernel / "benchmarks").mkdir()
     (kernel / "benchmarks" / "bench.py").write_text("LOCAL = True\n")
@@ -67,7 +74,7 @@ def test_pip_is_never_asked_for_the_repos_own_modules_and_imports_resolve_to_the
     run = kernel_tests.run_kernel_tests(
         kernel, load_manifest(kernel), variant, ("-q",), base_python=sys.executable, capture=True,
     )
-    assert asked and not asked & {"helpers", "benchmarks", "attr", "jwt", "apex"}, asked
+    assert asked and not asked & {"helpers", "benchmarks", "attr", "jwt", "apex", UNKNOWN}, asked
     assert {"attrs", "PyJWT"} <= asked
     installs = {i["package"]: i for i in run.installs}
     assert installs["attrs"]["why"] == "tests/test_deps.py imports attr"
@@ -77,6 +84,10 @@ def test_pip_is_never_asked_for_the_repos_own_modules_and_imports_resolve_to_the
     assert "test environment installs attrs: tests/test_deps.py imports attr" in listed_before_pip
     (apex,) = [n for n in run.not_installed if n["package"] == "apex"]
     assert apex["reason"].startswith("tests/test_deps.py imports apex: ") and "built from source" in apex["reason"]
+    (unknown,) = [n for n in run.not_installed if n["package"] == UNKNOWN]
+    assert unknown["reason"] == (f"torch-ext/tested/__init__.py imports {UNKNOWN}: no distribution is known to provide "
+                                 f"{UNKNOWN}, so none is guessed; install it into the build environment to use it")
+    assert f"  not installed (the tests importing it cannot run): {unknown['reason']}" in run.lines()
 
 
 def _squatted_wheel(folder: Path, name: str) -> None:
@@ -99,9 +110,9 @@ def _squatted_wheel(folder: Path, name: str) -> None:
 
 @pytest.fixture
 def squatting_index(tmp_path):
-    """A PEP 503 index on loopback serving squatted `helpers` and `benchmarks`; yields (URL, requested paths)."""
+    """A PEP 503 index on loopback serving squatted `helpers`, `benchmarks` and UNKNOWN; yields (URL, requested paths)."""
     simple = tmp_path / "index" / "simple"
-    for name in ("helpers", "benchmarks"):
+    for name in ("helpers", "benchmarks", UNKNOWN):
         _squatted_wheel(simple, name)
     requested: list[str] = []
 
@@ -131,7 +142,7 @@ def test_kbuild_test_never_installs_a_squatted_distribution_of_the_repos_own_mod
     env = {"KBUILD_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": url, "PIP_EXTRA_INDEX_URL": url,
            "PIP_FIND_LINKS": "", "PIP_CONFIG_FILE": os.devnull}
     result = kbuild("test", str(kernel), "--json", env=env)
-    assert not [path for path in requested if "helpers" in path or "benchmarks" in path], requested
+    assert not [path for path in requested if any(name in path for name in ("helpers", "benchmarks", UNKNOWN))], requested
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert not {"helpers", "benchmarks"} & set(data["packages"])

@@ -34,6 +34,24 @@ def test_needs_are_python_depends_plus_third_party_imports(tmp_path):
     assert needs.packages == ("apache-tvm-ffi", "nvidia-cutlass-dsl", "requests")
 
 
+def test_an_import_no_known_distribution_provides_is_named_never_installed_by_its_name(tmp_path):
+    """An index serves whatever is called `x`, often not what provides the module `x`: a
+    kernel's import is installed only as the distribution known to provide it (attr: attrs);
+    any other name is unresolved, and named where the interpreter lacks it too."""
+    folder = tmp_path / "torch-cpu"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "pkg" / "__init__.py").write_text("import attr\nimport kbuild_fixture_squattable\nimport apex\nimport _pytest\n")
+    needs = variant_runtime_needs(folder, {"name": "pkg"})
+    assert needs.packages == ("attrs",)
+    assert sorted(module for module, _ in needs.unresolved) == ["_pytest", "apex", "kbuild_fixture_squattable"]
+    unmet = dict(needs.unmet_imports(sys.executable))  # this interpreter has _pytest (from pytest)
+    assert sorted(unmet) == ["apex", "kbuild_fixture_squattable"]
+    assert unmet["kbuild_fixture_squattable"] == (
+        "pkg/__init__.py imports kbuild_fixture_squattable: no distribution is known to provide "
+        "kbuild_fixture_squattable, so none is guessed; install it into the build environment to use it")
+    assert "built from source" in unmet["apex"]
+
+
 @pytest.mark.e2e
 @pytest.mark.creates_env
 def test_the_overlay_is_made_once_sees_torch_and_its_packages():
