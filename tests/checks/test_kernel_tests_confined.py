@@ -139,13 +139,15 @@ def squatting_index(tmp_path):
 def test_kbuild_test_never_installs_a_squatted_distribution_of_the_repos_own_modules(tmp_path, squatting_index):
     url, requested = squatting_index
     kernel = _kernel_with_own_modules(tmp_path, DEPENDENT_TEST + "\n\ndef test_local():\n    assert helpers.LOCAL\n")
+    (kernel / "tests" / "test_tested.py").unlink()  # it imports the kernel, which imports UNKNOWN: not installed
     env = {"KBUILD_CACHE_DIR": str(tmp_path / "cache"), "PIP_INDEX_URL": url, "PIP_EXTRA_INDEX_URL": url,
            "PIP_FIND_LINKS": "", "PIP_CONFIG_FILE": os.devnull}
     result = kbuild("test", str(kernel), "--json", env=env)
     assert not [path for path in requested if any(name in path for name in ("helpers", "benchmarks", UNKNOWN))], requested
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert not {"helpers", "benchmarks"} & set(data["packages"])
+    assert not {"helpers", "benchmarks", UNKNOWN} & set(data["packages"])
+    assert UNKNOWN in [n["package"] for n in data["not_installed"]]
     overlays = tmp_path / "cache" / "runtime-envs"
     assert not list(overlays.rglob("helpers-99.0.dist-info")) if overlays.is_dir() else True
 
