@@ -222,6 +222,8 @@ def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
 _REGISTRY_FILES = {
     "build.toml": """[general]
 name = "registry"
+version = 1
+license = "MIT"
 backends = ["cuda"]
 
 [torch]
