@@ -63,7 +63,13 @@ def test_every_noarch_variant_builds_without_nvcc_or_hipcc(needs_built):
         backend = variant.removeprefix("torch-")
         archs = {"archs": ["8.0", "9.0"]} if backend == "cuda" else {}  # build.toml's cuda_capabilities
         assert metadata["backend"] == {"type": backend, **archs}
-        assert Metadata.read_from_file(kernel / "build" / variant / "metadata.json").backend.archs == archs.get("archs")
+        read = Metadata.read_from_file(kernel / "build" / variant / "metadata.json")
+        assert read.backend.archs == archs.get("archs")
+        # [general] kernel-depends everywhere, [general.cuda]'s on cuda only: what kernels' resolver and `kernels lock` follow.
+        depends = [{"repo-id": "kernels-community/relu", "version": 1}]
+        depends += [{"repo-id": "kernels-community/activation", "revision": "v0.1.0"}] if backend == "cuda" else []
+        assert metadata["kernel-depends"] == depends
+        assert [d.repo_id for d in read.kernel_depends] == [d["repo-id"] for d in depends]
         assert metadata["python-depends"] == ["einops"]
 
 

@@ -265,3 +265,17 @@ def test_corpus_has_both_verdicts(tmp_path: Path) -> None:
         _lay_out(tmp_path / str(i), CASES[case])
         verdicts.add(reference_verdict(tmp_path / str(i)) is None)
     assert verdicts == {True, False}
+
+
+def test_kernel_depends_per_backend_as_kernels_reads_them():
+    """[general] kernel-depends plus [general.<backend>]'s, for every backend, as kernels'
+    Build.all_kernel_depends (what its resolver and `kernels lock` follow) lists them."""
+    fixture = Path(__file__).parents[1] / "fixtures" / "noarch-needs"
+    with redirect_stderr(io.StringIO()):
+        reference = rust.Build.open(str(fixture))
+    ours = load_manifest(fixture).general
+    for backend in ("cpu", "cuda", "rocm", "xpu", "metal", "tpu"):
+        theirs = reference.all_kernel_depends(rust.Backend.from_str(backend))
+        pins = [(d.repo_id, d.version.version if hasattr(d.version, "version") else d.version.revision) for d in theirs]
+        assert [(d.repo_id, d.version if d.revision is None else d.revision) for d in ours.all_kernel_depends(backend)] == pins
+    assert len(ours.all_kernel_depends("cuda")) == 2
