@@ -40,7 +40,8 @@ MIN_TILEIRAS = "13.2"  # rust-cutile: the first CUDA release with cuTile
 _GIT_SCHEMES = ("https", "http", "git", "ssh", "git+ssh", "git+https", "git+http")
 BUILD_LAYOUTS = ("files", "zip")
 # At least 2 characters: kernels' KernelName refuses a one-letter name at load time.
-KEBAB_CASE = re.compile(r"^(?=.{2})[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+KEBAB_CASE = re.compile(r"^(?=.{2})[a-z][a-z0-9]*(-[a-z0-9]+)*$")  # what `kbuild init` makes
+KERNEL_NAME = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")  # what kernels' KernelName accepts
 UNIT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")
 CAPABILITY = re.compile(r"^\d+\.\d+[a-z]?(\+PTX)?$")
 ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+([:][a-z+-]+)*$")
@@ -477,8 +478,10 @@ def _general(file: str, table: Any, edition: int) -> General:
         if key not in reader.table:
             raise reader.error(key, f"missing required key ({example}); kernels refuses a build.toml without it")
     values = reader.read(spec, required=("name", "backends"))
-    if not KEBAB_CASE.match(values["name"]):
-        raise reader.error("name", f"expected a kebab-case name of 2 or more characters such as \"my-kernel\", got {values['name']!r}")
+    if not KERNEL_NAME.match(values["name"]):
+        raise reader.error(
+            "name", f"expected a kebab-case name of 2 or more characters (a-z, 0-9 and '-', starting with a letter) such as \"my-kernel\", got {values['name']!r}"
+        )
     if values.get("build_layout", "files") not in BUILD_LAYOUTS:
         raise reader.error("build-layout", f"expected one of {', '.join(BUILD_LAYOUTS)}, got {values['build_layout']!r}")
     unknown = [b for b in values["backends"] if b not in ALL_BACKENDS]
@@ -498,10 +501,8 @@ def _general(file: str, table: Any, edition: int) -> General:
             spec = {"python-depends": _python_depends(backend), **keys}
             values[backend] = BackendGeneral(**_Reader(file, f"general.{backend}", values[backend]).read(spec))
     if "hub" in values:
-        hub = _Reader(file, "general.hub", values["hub"]).read({"repo-id": _str, "branch": _str})
-        if "repo_id" in hub and hub["repo_id"].count("/") != 1:
-            raise ManifestError(f"{file}: [general.hub] repo-id: expected \"org/name\", got {hub['repo_id']!r}")
-        values["hub"] = Hub(**hub)
+        # `kbuild publish` checks repo-id by the Hub's rule when it uses it, as kernel-builder's upload.
+        values["hub"] = Hub(**_Reader(file, "general.hub", values["hub"]).read({"repo-id": _str, "branch": _str}))
     return General(**values)
 
 

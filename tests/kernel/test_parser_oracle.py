@@ -105,6 +105,13 @@ CASES: dict[str, str] = {
                                      body=NOARCH, backends='["tpu"]'),
     "cann-general": e6("[general.cann]\n", body=NOARCH, backends='["cann"]'),
     "hub": e6('[general.hub]\nrepo-id = "org/my-kernel"\nbranch = "main"'),
+    "hub-repo-id-no-org": e6('[general.hub]\nrepo-id = "my-kernel"'),
+    "name-digit-first": e6().replace('"my-kernel"', '"2relu"'),
+    "name-double-dash": e6().replace('"my-kernel"', '"my--kernel"'),
+    "backends-duplicate": e6(backends='["cpu", "cpu"]'),
+    "pyext-empty": e6(body='[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\npyext = []\n' + CPU6),
+    "version-zero": e6().replace("version = 1", "version = 0"),
+    "kernel-table-not-table": e6(body=TORCH + "kernel = 1\n"),
     "hub-unknown-key": e6('[general.hub]\nrevision = "main"'),
     # [torch]
     "torch-all-keys": e6(body='[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\ninclude = ["inc"]\npyext = ["py", "json"]\n'
