@@ -301,3 +301,13 @@ def test_tvm_ffi_parses_and_build_refuses_it_in_one_line(tmp_path):
     result = kbuild_in_process("build", str(repo))
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and "[tvm-ffi]: kbuild reads this framework but does not build it" in lines[0]
+
+
+@pytest.mark.parametrize("kebab", ["cuda-capabilities", "rocm-archs"])
+def test_noarch_arch_lists_in_kebab_case_name_the_spelling_kernels_reads(tmp_path, kebab):
+    """kernel-builder's docs write `cuda-capabilities` under [torch-noarch]; kernels' parser
+    refuses it and reads `cuda_capabilities`: the one line says so."""
+    toml = f'[general]\nname = "tri"\nversion = 1\nlicense = "mit"\nbackends = ["cuda"]\n\n[torch-noarch]\n{kebab} = []\n'
+    with pytest.raises(ManifestError) as info:
+        load_manifest(make_repo(tmp_path / "tri", toml, ["torch-ext/tri/__init__.py"]))
+    assert f"[torch-noarch] {kebab}: unknown key" in info.value.message and kebab.replace("-", "_") in info.value.message
