@@ -30,6 +30,9 @@ from importlib import resources
 from kernel_builder.errors import VariantError
 
 BACKENDS = ("cpu", "cuda", "metal", "rocm", "xpu")
+# Backends with noarch variants only (`torch-tpu`, ...): their kernels are Python (kernels#714 TPU,
+# NKI on Neuron, CANN); kernel-builder compiles nothing for them.
+NOARCH_BACKENDS = ("cann", "neuron", "tpu")
 
 # Legacy names have no Python tag; the runtime reads them as this Python version and abi3.
 LEGACY_PYTHON = (3, 9)
@@ -266,7 +269,7 @@ def _parse(name: str) -> Variant | None:
         return variant if variant.name == name else None
     if m := _NOARCH_RE.match(name):
         backend = m.group(1)
-        if backend not in BACKENDS and backend != "universal":
+        if backend not in BACKENDS + NOARCH_BACKENDS and backend != "universal":
             return None
         return Variant(Kind.NOARCH, backend)
     return None

@@ -104,14 +104,20 @@ def required_kernels_version(job: BuildJob) -> str | None:
     return None
 
 
+def backend_metadata(job: BuildJob) -> dict:
+    """metadata.json's `backend` beyond its type: the compiled backend's archs, or a noarch
+    variant's arch list from [torch-noarch] (kernels#668; none without one, as kernel-builder)."""
+    noarch = job.manifest.noarch
+    if noarch is not None:
+        archs = noarch.archs_for(job.backend)
+        return {} if archs is None else {"archs": list(archs)}
+    return get_backend(job.backend).metadata(job)
+
+
 def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dict:
     general = job.manifest.general
-    python_depends = list(general.python_depends)
-    if job.backend == "cuda" and general.cuda:
-        python_depends += general.cuda.python_depends
-    if job.backend == "xpu":
-        python_depends += general.xpu_python_depends
-    backend: dict = {"type": job.backend, **get_backend(job.backend).metadata(job)}
+    python_depends = list(general.all_python_depends(job.backend))
+    backend: dict = {"type": job.backend, **backend_metadata(job)}
     kbuild = kbuild_git_state()
     builder: dict = {"version": __version__}
     if kbuild is not None:
@@ -137,8 +143,9 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
     minver = required_kernels_version(job)
     if minver is not None:
         metadata["kernels-minver"] = minver
-    if general.kernel_depends:
-        metadata["kernel-depends"] = [{"repo-id": d.repo_id, "version": d.version} for d in general.kernel_depends]
+    kernel_depends = general.all_kernel_depends(job.backend)
+    if kernel_depends:
+        metadata["kernel-depends"] = [d.as_json() for d in kernel_depends]
     for key in ("upstream", "source"):
         if getattr(general, key):
             metadata[key] = getattr(general, key)

@@ -43,9 +43,9 @@ class Plan:
 def default_target(manifest: Manifest, backend_name: str, chooser: EnvChooser) -> Variant | Unavailable:
     """The variant `kbuild build` makes for a backend: the primary environment's, else the
     backend's own choice for this machine (built in a managed environment)."""
-    backend = get_backend(backend_name)
-    if manifest.noarch is not None:
+    if manifest.noarch is not None:  # before the registry: TPU, Neuron and CANN are noarch-only
         return noarch_variant(backend_name)
+    backend = get_backend(backend_name)
     target: Variant | Unavailable = Unavailable(backend_name, "the running interpreter has no torch")
     if chooser.primary is not None:
         target = backend.target(manifest, chooser.primary)
@@ -123,6 +123,7 @@ def plan_build(
     `cuda_arch` restricts the CUDA jobs to those architectures (work_tree). `ops_id` replaces
     the source hash in the op namespace (kbuild dev's `dev`: an edit then changes no compile
     flag, so Ninja recompiles only the files it touches), in work trees of its own."""
+    manifest.require_buildable()
     kernel_id, source = kernel_identity(manifest)
     kernel_id = ops_id or kernel_id
     work_root = kernel_work_root(manifest)

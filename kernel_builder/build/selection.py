@@ -106,6 +106,7 @@ class Admitted:
 
 def admitted(manifest: Manifest, matrix: Matrix | None = None) -> Admitted:
     """The default matrix restricted to what `manifest` admits (see the module docstring)."""
+    manifest.require_buildable()
     matrix = matrix or default_matrix()
     releases = tuple(sorted({v.torch for v in matrix.variants if torch_admits(manifest, v.torch)}))
     backends = manifest.general.backends

@@ -84,12 +84,7 @@ _WITH_TORCH = {"torch", "typing_extensions", "sympy", "networkx", "jinja2", "fil
 
 def kernel_runtime_needs(manifest, backend: str) -> RuntimeNeeds:
     """The runtime needs of a kernel repo's `backend` variant (build.toml + torch-ext/<python_name>/)."""
-    general = manifest.general
-    depends = list(general.python_depends)
-    if backend == "cuda" and general.cuda:
-        depends += general.cuda.python_depends
-    if backend == "xpu":
-        depends += general.xpu_python_depends
+    depends = list(manifest.general.all_python_depends(backend))
     return _needs(depends, manifest.package_dir, manifest.python_name, "build.toml")
 
 

@@ -1,5 +1,5 @@
-"""[torch-noarch] kernels: every backend's variant builds with no nvcc or hipcc on PATH, its
-metadata names the backend without archs, and the import check runs in the kernel's runtime
+"""[torch-noarch] kernels: every backend's variant builds with no nvcc or hipcc on PATH (TPU's
+too), its metadata names the backend, with archs only where [torch-noarch] lists them, and the import check runs in the kernel's runtime
 environment (kernel_builder.environments.runtime_overlay): ok when its needs install, skipped when they cannot,
 failed with the real exception and the kernel's file:line when the kernel itself is broken."""
 
@@ -17,7 +17,7 @@ from conftest import kbuild
 pytestmark = [pytest.mark.e2e, pytest.mark.creates_env]
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-NOARCH_VARIANTS = ["torch-cpu", "torch-cuda", "torch-metal", "torch-rocm", "torch-xpu"]
+NOARCH_VARIANTS = ["torch-cpu", "torch-cuda", "torch-metal", "torch-rocm", "torch-xpu", "torch-tpu"]
 
 
 def no_toolchain_env() -> dict:
@@ -51,6 +51,7 @@ def needs_built(tmp_path_factory):
 
 
 def test_every_noarch_variant_builds_without_nvcc_or_hipcc(needs_built):
+    from kernels._rust import Metadata  # kernels 0.19.1's own reader of metadata.json
     kernel, rows = needs_built
     env = no_toolchain_env()
     assert shutil.which("nvcc", path=env["PATH"]) is None and shutil.which("hipcc", path=env["PATH"]) is None
@@ -59,7 +60,16 @@ def test_every_noarch_variant_builds_without_nvcc_or_hipcc(needs_built):
     assert {row["variant"] for row in plan if row["buildable"]} == set(NOARCH_VARIANTS), plan
     for variant in NOARCH_VARIANTS:
         metadata = json.loads((kernel / "build" / variant / "metadata.json").read_text())
-        assert metadata["backend"] == {"type": variant.removeprefix("torch-")}
+        backend = variant.removeprefix("torch-")
+        archs = {"archs": ["8.0", "9.0"]} if backend == "cuda" else {}  # build.toml's cuda_capabilities
+        assert metadata["backend"] == {"type": backend, **archs}
+        read = Metadata.read_from_file(kernel / "build" / variant / "metadata.json")
+        assert read.backend.archs == archs.get("archs")
+        # [general] kernel-depends everywhere, [general.cuda]'s on cuda only: what kernels' resolver and `kernels lock` follow.
+        depends = [{"repo-id": "kernels-community/relu", "version": 1}]
+        depends += [{"repo-id": "kernels-community/activation", "revision": "v0.1.0"}] if backend == "cuda" else []
+        assert metadata["kernel-depends"] == depends
+        assert [d.repo_id for d in read.kernel_depends] == [d["repo-id"] for d in depends]
         assert metadata["python-depends"] == ["einops"]
 
 

@@ -54,7 +54,7 @@ def kernel(tmp_path: Path, backends=("cpu", "cuda"), torch: str = "", general: s
     (root / "torch-ext" / "sel" / "__init__.py").write_text("")
     framework = "[torch-noarch]\n" if noarch else f"[torch]\n{torch}\n"
     listed = ", ".join(f'"{b}"' for b in backends)
-    (root / "build.toml").write_text(f'[general]\nname = "sel"\nbackends = [{listed}]\n{general}\n{framework}')
+    (root / "build.toml").write_text(f'[general]\nname = "sel"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = [{listed}]\n{general}\n{framework}')
     return load_manifest(root)
 
 

@@ -28,6 +28,7 @@ FORMS = {
     "torch-stable-abi211-cpu-aarch64-darwin": (Kind.STABLE_ABI, "cpu", (2, 11), None, None, "aarch64", "darwin"),
     "torch-cpu": (Kind.NOARCH, "cpu", None, None, None, None, None),
     "torch-cuda": (Kind.NOARCH, "cuda", None, None, None, None, None),
+    "torch-tpu": (Kind.NOARCH, "tpu", None, None, None, None, None),  # noarch-only backends (kernels#714)
     "torch-universal": (Kind.NOARCH, "universal", None, None, None, None, None),
     "torch213-cxx11-rocm714-x86_64-linux": (Kind.ARCH, "rocm", (2, 13), (7, 14), True, "x86_64", "linux"),
 }
@@ -92,7 +93,7 @@ def test_one_build_in_both_styles():
 
 
 @pytest.mark.parametrize("name", [
-    "torch213-cxx11-cu13x-x86_64-linux", "torch-tpu", "flash-attn", "torch213-cxx11-npu-x86_64-linux", "build",
+    "torch213-cxx11-cu13x-x86_64-linux", "torch-npu", "flash-attn", "torch213-cxx11-npu-x86_64-linux", "build",
     ".kbuild-staging-x", "torch-2.13-cxx11-cpu-x86_64-linux", "torch-2.13-cxx11-cu130-cpython-3.9-abi3-x86_64-linux",
     "torch-2.13-cxx11-cuda130-cpython-3.9-abi3-x86_64-linux", "torch-2.13-cxx11-cpu-cpython-3.9-abi4-x86_64-linux",
     "torch-2.013-cxx11-cpu-cpython-3.9-abi3-x86_64-linux", "torch2013-cxx11-cpu-x86_64-linux",

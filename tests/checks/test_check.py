@@ -296,3 +296,18 @@ def test_an_import_killed_by_a_signal_says_so_not_the_last_stderr_line(tmp_path)
     stderr = "torch/_subclasses/functional_tensor.py:283: UserWarning: Failed to initialize NumPy\n  cpu = ...\n"
     assert _import_error(stderr, tmp_path, -8) == "the import crashed: SIGFPE (signal 8)"
     assert _import_error("Traceback\nImportError: libfoo.so: cannot open\n", tmp_path, 1) == "ImportError: libfoo.so: cannot open"
+
+
+def test_an_import_failing_in_a_dependency_is_told_apart_from_one_in_the_kernel(tmp_path):
+    """A noarch variant for another device whose dependency does not import here (PyPI's `nki`
+    placeholder raises off Neuron machines) is skipped; one failing in the kernel's own files is not."""
+    from kernel_builder.checks.variant_checks import _foreign_failure
+
+    kernel = tmp_path / "relu_nki"
+    kernel.mkdir()
+    dep = "/env/lib/python3.11/site-packages/nki/__init__.py"
+    stderr = (f'Traceback (most recent call last):\n  File "{kernel}/__init__.py", line 1, in <module>\n    import nki\n'
+              f'  File "{dep}", line 1, in <module>\nImportError: WRONG PACKAGE. Please install the package from Neuron Repository\n')
+    assert _foreign_failure(stderr, kernel) == f"ImportError: WRONG PACKAGE. Please install the package from Neuron Repository (in {dep})"
+    own = f'Traceback (most recent call last):\n  File "{kernel}/_impl.py", line 8, in <module>\nNameError: name \'x\' is not defined\n'
+    assert _foreign_failure(own, kernel) is None

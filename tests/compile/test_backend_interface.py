@@ -12,7 +12,7 @@ from kernel_builder.compile.backends.base import dotted, short_version
 from kernel_builder.doctor import checkup as doctor
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.errors import KbuildError
-from kernel_builder.variants import BACKENDS, Variant
+from kernel_builder.variants import BACKENDS, NOARCH_BACKENDS, Variant
 
 CPU_TORCH = BuildEnv(sys.executable, "3.12.0", "", "2.13.0", "", True)
 
@@ -55,9 +55,21 @@ def test_each_backend_is_made_once():
 
 def test_an_unknown_backend_is_a_one_line_error_naming_the_known_ones():
     with pytest.raises(KbuildError) as e:
-        get_backend("tpu")
-    assert e.value.message == "unknown backend 'tpu'; backends are cpu, cuda, metal, rocm, xpu"
+        get_backend("npu")
+    assert e.value.message == "unknown backend 'npu'; backends are cpu, cuda, metal, rocm, xpu"
     assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("name", NOARCH_BACKENDS)
+def test_noarch_only_backends_compile_nothing_and_say_why(name):
+    """TPU, Neuron and CANN kernels are [torch-noarch] Python: reachable by name, never judged by
+    `kbuild doctor`, and every compiled-variant hook answers in one line."""
+    backend = get_backend(name)
+    assert name not in backend_names() and not backend.compiles
+    reason = backend.target(None, None).reason
+    assert f"{name} kernels are Python only ([torch-noarch])" in reason and backend.toolchain().missing == reason
+    with pytest.raises(KbuildError, match=r"\[torch-noarch\]"):
+        backend.compile_spec(None)
 
 
 def test_a_backend_without_a_required_hook_cannot_be_made():

@@ -201,7 +201,28 @@ def test_xpu_ninja_commands(xpu_job):
     binding = only(lines, "-c " + str(root / "torch-ext/torch_binding.cpp"))
     assert "-fsycl " in binding and flags not in binding and "-DTORCH_EXTENSION_NAME=_relu_xpu_abc1234" in binding
     link = only(lines, " -o _relu_xpu.abi3.so ")
-    assert f"-fsycl {flags}" in link and "-lc10_xpu" in link and "-ltorch_xpu" in link
+    assert "-fsycl " in link and flags in link and "-lc10_xpu" in link and "-ltorch_xpu" in link
+    # The unit names its own targets: kbuild adds none of its defaults.
+    assert "spir64_gen,spir64" not in link and "-Xsycl-target-backend" not in link
+
+
+@pytest.mark.parametrize("oneapi, devices", [((2026, 0), "pvc,bmg-g21,cri"), ((2025, 3), "pvc,bmg-g21")])
+def test_xpu_default_targets_and_ieee_fp32_flags(tmp_path, env, oneapi, devices):
+    """examples/relu as shipped (no sycl-flags): kernel-builder's ahead-of-time devices (cri from
+    oneAPI 2026.0, kernels#734) in one spir64_gen image plus spir64, and IEEE fp32 division and
+    square root (kernels#752), on the unit's compile and on the link."""
+    root = copy_example("relu", tmp_path)
+    env = dataclasses.replace(env, xpu=f"{oneapi[0]}{oneapi[1]}")
+    xpu = job(root, env, "xpu", arch_variant(env.torch, "xpu", oneapi, "x86_64", "linux"))
+    lines = ninja_commands(XpuBackend().compile_spec(xpu), xpu.work_dir)
+    ieee = "-fsycl -fhonor-nans -fhonor-infinities -fno-associative-math -fno-approx-func -foffload-fp32-prec-div -foffload-fp32-prec-sqrt"
+    unit = only(lines, "-c " + str(root / "relu_xpu/relu.cpp"))
+    assert ieee in unit and "-fsycl-targets=spir64_gen,spir64" in unit and "--offload-compress" in unit
+    link = only(lines, " -o _relu_xpu.abi3.so ")
+    assert ieee in link and "-fsycl-targets=spir64_gen,spir64" in link
+    options = "-cl-intel-enable-auto-large-GRF-mode -cl-poison-unsupported-fp64-kernels -cl-intel-greater-than-4GB-buffer-required"
+    aot = f"-Xsycl-target-backend=spir64_gen \"-device {devices} -options '{options}'\""
+    assert aot in link, link
 
 
 @pytest.mark.parametrize("text, version", [

@@ -42,8 +42,11 @@ def test_default_capabilities_follow_the_cuda_version_with_ptx_for_the_newest():
     assert default_capabilities((13, 0))[0] == "7.5" and default_capabilities((13, 0))[-1] == "12.1+PTX"
     assert default_capabilities((12, 8))[0] == "7.0" and default_capabilities((12, 8))[-1] == "12.0+PTX"
     assert default_capabilities((12, 6))[-1] == "9.0+PTX" and "10.0" not in default_capabilities((12, 6))
-    # kernel-builder's defaults (FORMATS.md): CUDA 13 drops 7.0/7.2 and has no 8.8 or 10.3.
-    assert default_capabilities((13, 2)) == ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1+PTX")
+    # kernel-builder's defaults since kernels#783 (FORMATS.md): CUDA 13 drops 7.0/7.2 and has no 8.8;
+    # 10.3 (B300) and 12.1 (GB10) from CUDA 12.9 on.
+    assert default_capabilities((13, 2)) == ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1+PTX")
+    assert default_capabilities((12, 9))[-3:] == ("10.3", "12.0", "12.1+PTX") and "10.1" in default_capabilities((12, 9))
+    assert "10.3" not in default_capabilities((12, 8)) and "12.1" not in default_capabilities((12, 8))
     assert default_capabilities((12, 8))[:2] == ("7.0", "7.2") and default_capabilities((12, 6))[:2] == ("7.0", "7.2")
 
 
@@ -222,6 +225,8 @@ def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
 _REGISTRY_FILES = {
     "build.toml": """[general]
 name = "registry"
+version = 1
+license = "MIT"
 backends = ["cuda"]
 
 [torch]

@@ -67,8 +67,8 @@ def tiny_kernel(tmp_path: Path, files: dict[str, str], unit: str) -> Path:
         (root / rel).write_text(text)
     src = ", ".join(f'"{f}"' for f in files)
     (root / "build.toml").write_text(
-        '[general]\nname = "kk"\nbackends = ["rocm"]\n\n[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\n\n'
-        f'[kernel.k_rocm]\nbackend = "rocm"\nsrc = [{src}]\n{unit}\n'
+        '[general]\nname = "kk"\nversion = 1\nlicense = "MIT"\nbackends = ["rocm"]\n\n[torch]\nsrc = ["torch-ext/torch_binding.cpp"]\n\n'
+        f'[kernel.k_rocm]\nbackend = "rocm"\ndepends = ["torch"]\nsrc = [{src}]\n{unit}\n'
     )
     return root
 

@@ -59,7 +59,7 @@ cxx-flags = ["-mavx512f"]
 
 [kernel.k_cuda]
 backend = "cuda"
-depends = ["torch", "cutlass_3_x"]
+depends = ["torch", "cutlass_3_9"]
 src = ["cuda/k.cu"]
 cuda-capabilities = ["8.0", "9.0a"]
 cuda-flags = ["--use_fast_math"]
@@ -118,7 +118,7 @@ def test_full_edition5_manifest_parses_every_key(tmp_path):
     assert cpu[0].include == ("include",) and cpu[1].cxx_flags == ("-mavx512f",)
     (cuda,) = m.units_for("cuda")
     assert cuda.cuda_capabilities == ("8.0", "9.0a") and cuda.cuda_flags == ("--use_fast_math",)
-    assert cuda.cuda_minver == "12.8" and cuda.depends == ("torch", "cutlass_3_x")
+    assert cuda.cuda_minver == "12.8" and cuda.depends == ("torch", "cutlass_3_9")
     (rocm,) = m.units_for("rocm")
     assert rocm.rocm_archs == ("gfx90a", "gfx942") and rocm.hip_flags == ("-O3",)
     (xpu,) = m.units_for("xpu")
@@ -133,10 +133,12 @@ def test_stable_abi_as_one_version_applies_to_every_backend(tmp_path):
     assert m.torch.stable_abi_for("cpu") == "2.11" and m.torch.stable_abi_for("cuda") == "2.11"
 
 
-def test_public_kernel_builder_style_without_edition_or_version(tmp_path):
+def test_public_kernel_builder_style_without_edition(tmp_path):
     toml = """
     [general]
     name = "relu"
+    version = 1
+    license = "apache-2.0"
     backends = ["cpu", "cuda"]
 
     [torch]
@@ -156,10 +158,27 @@ def test_public_kernel_builder_style_without_edition_or_version(tmp_path):
     assert m.general.version == 1 and m.general.edition == 5 and m.torch.pyext == ("py", "pyi")
 
 
+@pytest.mark.parametrize("key", ["version", "license"])
+def test_version_and_license_are_required_in_every_edition(tmp_path, key):
+    """kernels 0.19.1 refuses a build.toml without either (edition-less ones as "legacy v3")."""
+    for edition in ("edition = 5\n", "edition = 6\n", ""):
+        toml = FULL.replace("edition = 5\n", edition) if edition != "edition = 6\n" else edition6(FULL)
+        toml = re.sub(rf"^{key} = .*\n", "", toml, count=1, flags=re.M)
+        with pytest.raises(ManifestError, match=rf"\[general\] {key}: missing required key"):
+            load_manifest(make_repo(tmp_path / f"k{edition.strip()[-1:]}", toml))
+
+
+def test_a_unit_of_an_unlisted_backend_is_accepted_and_never_built(tmp_path):
+    toml = FULL.replace('backends = ["cpu", "cuda", "rocm", "metal", "xpu"]', 'backends = ["cpu", "cuda", "rocm", "metal"]')
+    m = load_manifest(make_repo(tmp_path / "k", toml))
+    assert any(u.backend == "xpu" for u in m.units) and m.units_for("xpu") == ()
+
 def test_torch_noarch(tmp_path):
-    toml = '[general]\nname = "tri"\nbackends = ["cuda", "xpu"]\n\n[torch-noarch]\npyext = ["py"]\n'
+    toml = ('[general]\nname = "tri"\nversion = 1\nlicense = "mit"\nbackends = ["cuda", "rocm", "tpu"]\n\n'
+            '[torch-noarch]\npyext = ["py"]\ncuda_capabilities = ["9.0"]\n')
     m = load_manifest(make_repo(tmp_path / "tri", toml, ["torch-ext/tri/__init__.py"]))
     assert m.torch is None and m.noarch.pyext == ("py",)
+    assert m.noarch.archs_for("cuda") == ("9.0",) and m.noarch.archs_for("rocm") is None
 
 
 # Each malformed file: (what to change, the words the one-line message must contain).
@@ -167,27 +186,31 @@ BAD = {
     "bad-toml": (lambda t: t.replace('name = "my-kernel"', 'name = "my-kernel'), ["invalid TOML", "line"]),
     "unknown-key": (lambda t: t.replace("edition = 5", "edition = 5\ncolour = 1"), ["[general] colour", "unknown key"]),
     "unknown-unit-key": (lambda t: t.replace('cxx-flags = ["-O2"]', 'cxx-flag = ["-O2"]'), ["[kernel.k_cpu] cxx-flag", "unknown key"]),
-    "wrong-type": (lambda t: t.replace("version = 2", 'version = "2"'), ["[general] version", "expected an integer", "'2'"]),
+    "wrong-type": (lambda t: t.replace("version = 2", 'version = "2"'), ["[general] version", "expected a whole number", "'2'"]),
     "wrong-list-type": (lambda t: t.replace('cuda-flags = ["--use_fast_math"]', 'cuda-flags = "--use_fast_math"'), ["[kernel.k_cuda] cuda-flags", "a list of strings"]),
     "missing-required": (lambda t: t.replace('name = "my-kernel"\n', ""), ["[general] name", "missing required key"]),
     "missing-src": (lambda t: t.replace('src = ["xpu/k.cpp"]', ""), ["[kernel.k_xpu] src", "missing required key"]),
     "unknown-backend": (lambda t: t.replace('backend = "xpu"', 'backend = "tpu"'), ["[kernel.k_xpu] backend", "unknown backend 'tpu'"]),
     "unknown-general-backend": (lambda t: t.replace('"metal", "xpu"]', '"metal", "xpu", "npu"]'), ["[general] backends", "unknown backend 'npu'"]),
     "src-missing-file": (lambda t: t.replace('"cpu/k.cpp"', '"cpu/gone.cpp"'), ["[kernel.k_cpu] src", "'cpu/gone.cpp' does not exist"]),
-    "unit-backend-not-listed": (lambda t: t.replace('backends = ["cpu", "cuda", "rocm", "metal", "xpu"]', 'backends = ["cpu", "cuda", "rocm", "metal"]'), ["[kernel.k_xpu] backend", "not in [general] backends"]),
+    "unknown-depends": (lambda t: t.replace('"cutlass_3_9"', '"cutlass_9_9"'), ["[kernel.k_cuda] depends", "unknown dependency 'cutlass_9_9'", "cutlass_3_9, "]),
+    "missing-depends": (lambda t: t.replace('depends = ["torch"]\nsrc = ["xpu/k.cpp"]', 'src = ["xpu/k.cpp"]'), ["[kernel.k_xpu] depends", "missing required key"]),
+    "missing-version": (lambda t: t.replace("version = 2\n", ""), ["[general] version", "missing required key"]),
+    "bad-upstream": (lambda t: t.replace('"https://example.org/upstream"', '"example.org/upstream"'), ["[general] upstream", "git URL"]),
+    "three-part-minver": (lambda t: t.replace('minver = "2.12"', 'minver = "2.12.1"'), ["[torch] minver", "2.13"]),
     "not-kebab": (lambda t: t.replace('name = "my-kernel"', 'name = "My_Kernel"'), ["[general] name", "kebab-case"]),
     # kernels' KernelName refuses it at load time: refused here, before any build.
     "one-letter": (lambda t: t.replace('name = "my-kernel"', 'name = "k"'), ["[general] name", "2 or more characters"]),
     "misplaced-backend-key": (lambda t: t.replace('cxx-flags = ["-mavx512f"]', 'cuda-flags = ["-x"]'), ["[kernel.k_cpu_avx512] cuda-flags", 'only valid for backend = "cuda"']),
     "bad-capability": (lambda t: t.replace('"9.0a"', '"sm90"'), ["[kernel.k_cuda] cuda-capabilities", "'sm90'"]),
     "python-depends-not-allowed": (lambda t: t.replace('python-depends = ["einops"]', 'python-depends = ["requests"]'), ["[general] python-depends", "'requests'"]),
-    "two-frameworks": (lambda t: t + '\n[torch-noarch]\npyext = ["py"]\n', ["exactly one of [torch] or [torch-noarch]"]),
+    "two-frameworks": (lambda t: t + '\n[torch-noarch]\npyext = ["py"]\n', ["exactly one framework section", "[tvm-ffi]"]),
     "unknown-section": (lambda t: t + "\n[extra]\nx = 1\n", ["[extra]", "unknown section"]),
     "bad-edition": (lambda t: t.replace("edition = 5", "edition = 3"), ["[general] edition", "expected 5 or 6"]),
     "language-in-edition-5": (lambda t: t.replace('backend = "xpu"', 'language = "cpp-xpu"'), ["[kernel.k_xpu] language", "edition 6", "uses `backend`"]),
     "build-layout-in-edition-5": (lambda t: t.replace("edition = 5", 'edition = 5\nbuild-layout = "zip"'), ["[general] build-layout", "only valid in edition 6"]),
     "unit-name-dash": (lambda t: t.replace("[kernel.k_xpu]", "[kernel.-k_xpu]"), ["[kernel.-k_xpu]", "letters, digits, '_' or '-'"]),
-    "mlx-framework": (lambda t: t + "\n[mlx-noarch]\n", ["[mlx-noarch]", "does not build MLX kernels"]),
+    "mlx-framework": (lambda t: t + "\n[mlx-noarch]\n", ["[mlx-noarch]", "is edition 6"]),
     # tomllib parses arrays and inline tables recursively: a RecursionError, not one line.
     "deep-array": (lambda t: t + "\n[deep]\nx = " + "[" * 100_000 + "]" * 100_000 + "\n", ["nest more than 32 levels"]),
     "deep-inline-table": (lambda t: t + "\n[deep]\nx = " + "{a=" * 100_000 + "1" + "}" * 100_000 + "\n", ["nest more than 32"]),
@@ -209,12 +232,12 @@ def test_edition6_manifest_maps_each_cpp_language_to_its_backend(tmp_path):
         ("k_cpu", "cpu"), ("k_cpu_avx512", "cpu"), ("k_cuda", "cuda"), ("k_rocm", "rocm"), ("k_metal", "metal"), ("_k_xpu", "xpu"),
     ]
     (cuda,) = m.units_for("cuda")
-    assert cuda.cuda_capabilities == ("8.0", "9.0a") and cuda.depends == ("torch", "cutlass_3_x")
+    assert cuda.cuda_capabilities == ("8.0", "9.0a") and cuda.depends == ("torch", "cutlass_3_9")
     assert load_manifest(make_repo(tmp_path / "k5", FULL)).general.build_layout == "files"
 
 
 BAD6 = {
-    "rust-unit": (lambda t: t.replace('language = "cpp-cuda"', 'language = "rust-cuda-oxide"'), ["[kernel.k_cuda] language", "does not build Rust units"]),
+    "rust-unit": (lambda t: t.replace('language = "cpp-cuda"', 'language = "rust-cuda-oxide"'), ["[kernel.k_cuda] language", "require a [tvm-ffi] framework"]),
     "backend-in-edition-6": (lambda t: t.replace('language = "cpp-xpu"', 'backend = "xpu"'), ["[kernel.k_xpu] backend", "edition 6 uses `language`"]),
     "unknown-language": (lambda t: t.replace('language = "cpp-xpu"', 'language = "fortran"'), ["[kernel.k_xpu] language", "unknown language 'fortran'", "cpp-cuda"]),
     "misplaced-language-key": (lambda t: t.replace('cxx-flags = ["-mavx512f"]', 'cuda-flags = ["-x"]'), ['only valid for language = "cpp-cuda"']),
@@ -244,7 +267,7 @@ def test_malformed_manifest_fails_with_one_line_and_exit_2(tmp_path, case):
     assert "build.toml" in info.value.message
 
 
-@pytest.mark.parametrize("case", ["bad-toml", "unknown-key", "wrong-type", "missing-required", "unknown-backend", "src-missing-file", "unit-backend-not-listed", "not-kebab", "one-letter"])
+@pytest.mark.parametrize("case", ["bad-toml", "unknown-key", "wrong-type", "missing-required", "unknown-backend", "src-missing-file", "unknown-depends", "not-kebab", "one-letter"])
 def test_cli_reports_malformed_manifest_in_one_line(tmp_path, case):
     change, words = BAD[case]
     repo = make_repo(tmp_path / "k", change(FULL))
@@ -265,3 +288,26 @@ def test_missing_python_package(tmp_path):
     files = [f for f in FILES if "my_kernel" not in f]
     with pytest.raises(ManifestError, match="torch-ext/my_kernel/__init__.py"):
         load_manifest(make_repo(tmp_path / "k", FULL, files))
+
+
+def test_tvm_ffi_parses_and_build_refuses_it_in_one_line(tmp_path):
+    """[tvm-ffi] is accepted as kernels accepts it (its package under tvm-ffi-ext/); building it
+    is not kbuild's yet: `kbuild build` says so in one line, before anything compiles."""
+    toml = ('[general]\nname = "relu-tvm"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cpu"]\n\n'
+            '[tvm-ffi]\nsrc = ["tvm-ffi-ext/binding.cpp"]\n\n'
+            '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = []\nsrc = ["cpu/k.cpp"]\n')
+    repo = make_repo(tmp_path / "relu-tvm", toml, ["tvm-ffi-ext/binding.cpp", "tvm-ffi-ext/relu_tvm/__init__.py", "cpu/k.cpp"])
+    assert load_manifest(repo).framework == "tvm-ffi"
+    result = kbuild_in_process("build", str(repo))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "[tvm-ffi]: kbuild reads this framework but does not build it" in lines[0]
+
+
+@pytest.mark.parametrize("kebab", ["cuda-capabilities", "rocm-archs"])
+def test_noarch_arch_lists_in_kebab_case_name_the_spelling_kernels_reads(tmp_path, kebab):
+    """kernel-builder's docs write `cuda-capabilities` under [torch-noarch]; kernels' parser
+    refuses it and reads `cuda_capabilities`: the one line says so."""
+    toml = f'[general]\nname = "tri"\nversion = 1\nlicense = "mit"\nbackends = ["cuda"]\n\n[torch-noarch]\n{kebab} = []\n'
+    with pytest.raises(ManifestError) as info:
+        load_manifest(make_repo(tmp_path / "tri", toml, ["torch-ext/tri/__init__.py"]))
+    assert f"[torch-noarch] {kebab}: unknown key" in info.value.message and kebab.replace("-", "_") in info.value.message

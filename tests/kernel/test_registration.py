@@ -28,14 +28,17 @@ src = ["torch-ext/torch_binding.cpp", "torch-ext/torch_binding.h", "torch-ext/ex
 
 [kernel.plain]
 backend = "cpu"
+depends = ["torch"]
 src = ["cpu/plain.cpp", "cpu/cycle_a.h"]
 
 [kernel.direct]
 backend = "cpu"
+depends = ["torch"]
 src = ["cpu/pybind.cpp"]
 
 [kernel.through_headers]
 backend = "cpu"
+depends = ["torch"]
 include = ["inc"]
 src = ["cpu/deep.cpp"]
 """

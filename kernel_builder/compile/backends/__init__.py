@@ -15,15 +15,17 @@ __all__ = ["Backend", "Toolchain", "Unavailable", "backend_names", "get_backend"
 def _registry() -> dict[str, type[Backend]]:
     """Every backend class by name, in kbuild's order of backends (variants.BACKENDS).
     Imported on first use: the backend modules import the compile stage's other modules."""
-    from kernel_builder.compile.backends import cpu, cuda, metal, rocm, xpu
+    from kernel_builder.compile.backends import cpu, cuda, metal, noarch_only, rocm, xpu
 
-    classes = (cpu.CpuBackend, cuda.CudaBackend, metal.MetalBackend, rocm.RocmBackend, xpu.XpuBackend)
+    classes = (cpu.CpuBackend, cuda.CudaBackend, metal.MetalBackend, rocm.RocmBackend, xpu.XpuBackend,
+               noarch_only.TpuBackend, noarch_only.NeuronBackend, noarch_only.CannBackend)
     return {cls.name: cls for cls in classes}
 
 
 def backend_names() -> tuple[str, ...]:
-    """The names of every backend: cpu, cuda, metal, rocm, xpu."""
-    return tuple(_registry())
+    """The names of the backends that compile: cpu, cuda, metal, rocm, xpu (what `kbuild doctor`
+    judges); the noarch-only ones (tpu, neuron, cann) are reached by name through get_backend."""
+    return tuple(name for name, cls in _registry().items() if cls.compiles)
 
 
 @functools.cache

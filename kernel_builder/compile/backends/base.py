@@ -55,6 +55,7 @@ class Backend(ABC):
     macro: ClassVar[str]  # the define that binding sources test: CPU_KERNEL, CUDA_KERNEL, ...
     tool: ClassVar[str]  # its compiler, as `kbuild doctor` names it when it is missing
     install: ClassVar[str]  # what to install when the compiler is missing or does not fit
+    compiles: ClassVar[bool] = True  # False: a noarch-only backend (tpu, neuron, cann)
 
     @abstractmethod
     def target(self, manifest: "Manifest | None", env: "BuildEnv") -> Variant | Unavailable:

@@ -126,7 +126,9 @@ def _wheels_hint(cuda: tuple[int, int]) -> str:
 # Default capabilities by CUDA version (FORMATS.md): the newest gets +PTX so that
 # GPUs newer than the build still run the kernel through the driver's JIT.
 _DEFAULT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
-    ((13, 0), ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "11.0", "12.0", "12.1")),
+    ((13, 0), ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")),
+    # 10.3 (B300) and 12.1 (GB10) are valid from CUDA 12.9 (kernels#783)
+    ((12, 9), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "10.3", "12.0", "12.1")),
     ((12, 8), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "12.0")),
     ((0, 0), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0")),
 )

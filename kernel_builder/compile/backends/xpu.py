@@ -36,6 +36,35 @@ from kernel_builder.variants import Variant, xpu_version
 SYCL_SUFFIXES = (".sycl",)
 SYCL_SOURCE_FLAGS = ("-x", "c++")
 
+# kernel-builder's SYCL flags (kernels#734, #752): IEEE-conforming fp32 division and square root
+# and no fast-math folding, as PyTorch's own XPU build, on the compile and the link step.
+SYCL_FLAGS = (
+    "-fsycl", "-fhonor-nans", "-fhonor-infinities", "-fno-associative-math", "-fno-approx-func",
+    "-foffload-fp32-prec-div", "-foffload-fp32-prec-sqrt",
+)
+SYCL_COMPILE_ONLY = ("-fno-sycl-instrument-device-code", "--offload-compress")
+# One ahead-of-time image per device in one spir64_gen image, plus spir64 for JIT on any
+# other GPU; Crescent Island (cri) needs DPC++ 2026.0 or later.
+SYCL_TARGETS = "-fsycl-targets=spir64_gen,spir64"
+AOT_DEVICES = ("pvc", "bmg-g21")
+CRI_SINCE = (2026, 0)
+AOT_OPTIONS = "-cl-intel-enable-auto-large-GRF-mode -cl-poison-unsupported-fp64-kernels -cl-intel-greater-than-4GB-buffer-required"
+
+
+def aot_devices(oneapi: tuple[int, int] | None) -> tuple[str, ...]:
+    return AOT_DEVICES + (("cri",) if oneapi is not None and oneapi >= CRI_SINCE else ())
+
+
+def sycl_flags(oneapi: tuple[int, int] | None, units_choose_targets: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(compile options, link options) of an XPU variant for oneAPI release `oneapi`. A kernel
+    whose units pass their own -fsycl-targets keeps them: no default targets are added."""
+    if units_choose_targets:
+        return SYCL_FLAGS + SYCL_COMPILE_ONLY, SYCL_FLAGS
+    device = f"-device {','.join(aot_devices(oneapi))} -options '{AOT_OPTIONS}'"
+    backend = "SHELL:" + shlex.join(["-Xsycl-target-backend=spir64_gen", device])
+    return SYCL_FLAGS + SYCL_COMPILE_ONLY + (SYCL_TARGETS,), SYCL_FLAGS + ("--offload-compress", SYCL_TARGETS, backend)
+
+
 ICPX_MISSING = "icpx not found on PATH (install Intel oneAPI DPC++/C++ Compiler and source its setvars.sh)"
 
 
@@ -94,8 +123,11 @@ class XpuBackend(Backend):
     def compile_spec(self, job) -> CompileSpec:
         manifest, env = job.manifest, job.env
         groups = [binding_group(manifest, CXX_SUFFIXES)]
-        link_options = ["-fsycl"]
-        for unit in manifest.units_for(self.name):
+        units = manifest.units_for(self.name)
+        own_targets = any(f.startswith("-fsycl-targets") for u in units for f in u.sycl_flags)
+        compile_options, link = sycl_flags(job.variant.backend_version, own_targets)
+        link_options = list(link)
+        for unit in units:
             flags = unit.cxx_flags + unit.sycl_flags
             groups.append(unit_group(manifest, unit, CXX_SUFFIXES, flags))
             sycl = unit_group(manifest, unit, SYCL_SUFFIXES, SYCL_SOURCE_FLAGS + flags)
@@ -108,7 +140,7 @@ class XpuBackend(Backend):
             job, self.macro, ("CXX",), groups,
             # USE_XPU as well, as kernel-builder defines it for XPU builds.
             definitions=("USE_XPU",),
-            options=("-O3", "-fsycl"),
+            options=("-O3", *compile_options),
             link_libraries=("c10_xpu", "torch_xpu"),
             link_options=tuple(dict.fromkeys(link_options)),
             cache={"CMAKE_CXX_COMPILER": icpx_path() or "icpx", "CMAKE_CXX_STANDARD": cxx_standard(env)},
