@@ -37,15 +37,15 @@ def test_swiglu_builds_the_cpu_variant_in_place(swiglu):
     assert (folder / "layers.py").exists() or (folder / "layers").is_dir()
 
 
-def test_the_readme_loading_snippet_runs_as_written(swiglu, tmp_path):
-    """The README's "Loading a build" block, verbatim, in a fresh interpreter, from a folder
+def test_the_runtime_guides_loading_snippet_runs_as_written(swiglu, tmp_path):
+    """The runtime guide's "Loading a build" block, verbatim, in a fresh interpreter, from a folder
     whose examples/swiglu is this session's build (it once failed with kernels 0.19.1)."""
     import re
     import subprocess
     import sys
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Loading a build", 1)[1]
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "runtime.md").read_text()
+    section = guide.split("## Loading a build", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "swiglu").symlink_to(swiglu)
