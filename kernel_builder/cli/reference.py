@@ -1,6 +1,6 @@
 """The CLI reference page (docs/reference/cli.md), rendered from the Typer app itself so it can
 never drift from `kbuild --help`: every command and group, its help, usage, and each argument
-and option as `--help` shows it. The docs build calls it (docs/hooks/cli_reference.py)."""
+and option as `--help` shows it. The docs build calls it (docs/hooks/generated_pages.py)."""
 
 from __future__ import annotations
 
