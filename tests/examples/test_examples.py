@@ -1,7 +1,7 @@
 """The examples, built for real, called against PyTorch references.
 
-swiglu, layer-norm and flash-attn are built as the README builds them, on session copies (what
-the README and the acceptance criteria run; their backends and own test suites: test_example_kernels.py);
+swiglu, layer-norm and flash-attn are built as docs/examples.md builds them, on session copies (what
+the docs and the acceptance criteria run; their backends and own test suites: test_example_kernels.py);
 `examples/relu` is the public kernel-builder ecosystem's layout, built unchanged."""
 
 from __future__ import annotations
