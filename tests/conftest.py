@@ -104,7 +104,7 @@ class BuiltExample:
 
 @pytest.fixture(scope="session")
 def built_example(tmp_path_factory):
-    """`kbuild build <copy of examples/<name>>`, as the README runs it, once per session:
+    """`kbuild build <copy of examples/<name>>`, as docs/examples.md runs it, once per session:
     every backend this machine can build or check. The copy keeps examples/ free of build
     output, and of a half-written build/ when a session is interrupted."""
     built: dict[str, BuiltExample] = {}

@@ -7,7 +7,7 @@
 #
 # It needs nothing from the network: kbuild runs from this working tree, and packages the
 # machine's python lacks (kbuild's pyelftools, say) come as wheels carried in .whl/
-# (or $KBUILD_PROOF_WHEELS; see "GPU proof" in the README). $KBUILD_PROOF_PYTHON picks the
+# (or $KBUILD_PROOF_WHEELS; see "GPU proof" in docs/examples.md). $KBUILD_PROOF_PYTHON picks the
 # python (default python3).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -29,7 +29,7 @@ print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
 PY
 )
 if [ -n "$missing" ]; then
-  echo "gpu-proof: $python lacks: $missing (carry their wheels in .whl/: see the README's GPU proof)" >&2
+  echo "gpu-proof: $python lacks: $missing (carry their wheels in .whl/: see the GPU proof in docs/examples.md)" >&2
   exit 2
 fi
 exec "$python" "$repo/benchmarks/gpu/proof.py" "$@"

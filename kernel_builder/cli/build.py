@@ -34,7 +34,7 @@ def _environments_title(chooser) -> str:
 MATRIX_OPTION = typer.Option(
     None, "--matrix", "-m",
     help="Select variants of the default matrix that the kernel admits: 'all', or terms that all must hold, "
-    "e.g. 'torch>=2.13 backend=cuda,cpu arch=x86_64' or a glob 'torch21[34]-*-cu13*' (see README).",
+    "e.g. 'torch>=2.13 backend=cuda,cpu arch=x86_64' or a glob 'torch21[34]-*-cu13*' (see docs/guides/matrix.md).",
 )
 SHARD_OPTION = typer.Option(
     None, "--shard", help="With --matrix: take shard I of N (1-based, e.g. 2/3), a stable 1/N of the selected variants."

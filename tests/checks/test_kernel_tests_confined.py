@@ -209,7 +209,7 @@ def test_clean_env_keeps_the_callers_token_from_the_tests(tmp_path, monkeypatch)
         return kernel_tests.run_kernel_tests(kernel, load_manifest(kernel), variant, ("-q",),
                                              base_python=sys.executable, capture=True, **clean)
 
-    # By default the tests run with the caller's environment, token included (README: kbuild test).
+    # By default the tests run with the caller's environment, token included (docs/guides/testing.md).
     assert run().exit_code == 1
     assert run(clean_env=True).exit_code == 0
 

@@ -189,7 +189,7 @@ def test_general_cuda_bounds_skip_the_backend_with_the_reason(tmp_path):
 
 @pytest.fixture(scope="module")
 def swiglu_cuda(built_example) -> Path:
-    """examples/swiglu built as the README runs it (a session copy): CPU and CUDA variants (their
+    """examples/swiglu built as docs/examples.md runs it (a session copy): CPU and CUDA variants (their
     SASS and registration are checked in test_example_kernels.py)."""
     built = built_example("swiglu")
     assert built.rows["cuda"]["variant"] == CUDA_VARIANT, built.rows["cuda"]

@@ -1,5 +1,5 @@
 """The three example kernels (swiglu, layer-norm, flash-attn), each built with `kbuild build`
-as the README runs it (on a session copy of examples/<name>), checked backend by backend:
+as docs/examples.md runs it (on a session copy of examples/<name>), checked backend by backend:
 
 - CPU: built, loads through kbuild's loader and the `kernels` package, and the example's
   own test suite (ops, gradients, odd sizes, layouts, layers) passes against the build;

@@ -1,7 +1,7 @@
 """The examples, built for real, called against PyTorch references.
 
-swiglu, layer-norm and flash-attn are built as the README builds them, on session copies (what
-the README and the acceptance criteria run; their backends and own test suites: test_example_kernels.py);
+swiglu, layer-norm and flash-attn are built as docs/examples.md builds them, on session copies (what
+the docs and the acceptance criteria run; their backends and own test suites: test_example_kernels.py);
 `examples/relu` is the public kernel-builder ecosystem's layout, built unchanged."""
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ def test_swiglu_builds_the_cpu_variant_in_place(swiglu):
     assert (folder / "layers.py").exists() or (folder / "layers").is_dir()
 
 
-def test_the_readme_loading_snippet_runs_as_written(swiglu, tmp_path):
-    """The README's "Loading a build" block, verbatim, in a fresh interpreter, from a folder
+def test_the_runtime_guides_loading_snippet_runs_as_written(swiglu, tmp_path):
+    """The runtime guide's "Loading a build" block, verbatim, in a fresh interpreter, from a folder
     whose examples/swiglu is this session's build (it once failed with kernels 0.19.1)."""
     import re
     import subprocess
     import sys
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Loading a build", 1)[1]
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "runtime.md").read_text()
+    section = guide.split("## Loading a build", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     (tmp_path / "examples").mkdir()
     (tmp_path / "examples" / "swiglu").symlink_to(swiglu)
