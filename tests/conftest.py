@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import shutil
@@ -23,17 +24,55 @@ collect_ignore = ["fixtures"]
 
 
 # One kbuild cache for the whole test session, never the user's: probed environments
-# are reused across tests, work trees are keyed by each test's own kernel folder.
-os.environ["KBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbuild-test-cache-")
-# Managed build environments (GBs and minutes of pip each) are made once per session and
-# shared by every test, those that give kbuild a cache of its own included.
-os.environ.setdefault("KBUILD_ENVS_DIR", os.path.join(os.environ["KBUILD_CACHE_DIR"], "venvs"))
+# are reused across tests, work trees are keyed by each test's own kernel folder. xdist's
+# workers inherit the controller's (PYTEST_XDIST_WORKER is set before this file is read).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if not (_WORKER and os.environ.get("KBUILD_CACHE_DIR", "").startswith(tempfile.gettempdir())):
+    os.environ["KBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbuild-test-cache-")
+
+
+def _suite_store() -> str:
+    """Where the suite keeps what outlives a session on this machine: the managed build
+    environments (GBs and minutes of pip each) and the compiler cache. $KBUILD_TEST_STORE,
+    else <XDG cache>/kbuild-test-suite; "none": this session's temporary cache (cold)."""
+    chosen = os.environ.get("KBUILD_TEST_STORE", "")
+    if chosen == "none":
+        return os.environ["KBUILD_CACHE_DIR"]
+    if chosen:
+        return chosen
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "kbuild-test-suite")
+
+
+# Shared by every test, those that give kbuild a cache of their own included; tests of the
+# store itself and of cache hit counts point these elsewhere. A store from an earlier run is
+# only a head start: environments are probed and compiles re-keyed as always.
+os.environ.setdefault("KBUILD_ENVS_DIR", os.path.join(_suite_store(), "venvs"))
+os.environ.setdefault("CCACHE_DIR", os.path.join(_suite_store(), "ccache"))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The session's kbuild cache (work trees, and managed environments unless
-    KBUILD_ENVS_DIR points elsewhere: several GB) goes with the session."""
-    shutil.rmtree(os.environ["KBUILD_CACHE_DIR"], ignore_errors=True)
+    """The session's kbuild cache (work trees, probes; environments too with
+    KBUILD_TEST_STORE=none) goes with the session."""
+    if not _WORKER:  # the controller's, once every worker is done
+        shutil.rmtree(os.environ["KBUILD_CACHE_DIR"], ignore_errors=True)
+
+
+def made_once(name: str, make) -> Path:
+    """A folder of this session's kbuild cache that `make(folder)` fills once per test run,
+    shared by xdist's workers: the first to ask makes it, the others wait and read it."""
+    from kernel_builder.file_lock import exclusive_lock
+
+    shared = Path(os.environ["KBUILD_CACHE_DIR"]) / "made-once"
+    shared.mkdir(exist_ok=True)
+    folder, done = shared / name, shared / f"{name}.done"
+    with exclusive_lock(shared / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # an earlier try that failed
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
 
 
 def kbuild(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
@@ -103,30 +142,33 @@ class BuiltExample:
 
 
 @pytest.fixture(scope="session")
-def built_example(tmp_path_factory):
-    """`kbuild build <copy of examples/<name>>`, as docs/examples.md runs it, once per session:
+def built_example():
+    """`kbuild build <copy of examples/<name>>`, as docs/examples.md runs it, once per test run:
     every backend this machine can build or check. The copy keeps examples/ free of build
     output, and of a half-written build/ when a session is interrupted."""
-    built: dict[str, BuiltExample] = {}
+
+    def make(name: str, folder: Path) -> None:
+        result = kbuild("build", str(copy_example(name, folder)), "--json", check=True)
+        (folder / "result.json").write_text(json.dumps({"report": json.loads(result.stdout), "stderr": result.stderr}))
 
     def build(name: str) -> BuiltExample:
-        if name not in built:
-            root = copy_example(name, tmp_path_factory.mktemp("examples"))
-            result = kbuild("build", str(root), "--json", check=True)
-            rows = {row["backend"]: row for row in json.loads(result.stdout)["jobs"]}
-            built[name] = BuiltExample(root, rows, result.stderr)
-        return built[name]
+        folder = made_once(f"example-{name}", lambda folder: make(name, folder))
+        result = json.loads((folder / "result.json").read_text())
+        rows = {row["backend"]: row for row in result["report"]["jobs"]}
+        return BuiltExample(folder / name, rows, result["stderr"])
 
     return build
 
 
 @pytest.fixture(scope="session")
-def relu_cpu(tmp_path_factory) -> Path:
-    """A copy of examples/relu with its torch 2.13 CPU variant built, once per session, for
+def relu_cpu() -> Path:
+    """A copy of examples/relu with its torch 2.13 CPU variant built, once per test run, for
     the tests that only read that build (the runtime's loaders, confinement, interop)."""
-    root = copy_example("relu", tmp_path_factory.mktemp("relu-cpu"))
-    kbuild("build", str(root), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
-    return root
+
+    def make(folder: Path) -> None:
+        kbuild("build", str(copy_example("relu", folder)), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
+
+    return made_once("relu-cpu", make) / "relu"
 
 
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
@@ -147,14 +189,19 @@ def published_kernels(version: str) -> Path:
     index, no dependencies: the dev venv's huggingface_hub and torch serve it), to put first on
     sys.path; once per session. Skips with pip's own last line when it cannot be installed."""
     if version not in _OLD_KERNELS:
-        target = Path(os.environ["KBUILD_CACHE_DIR"]) / f"kernels-{version}"
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
-             "--target", str(target), f"kernels=={version}"],
-            capture_output=True, text=True, check=False,
-        )
-        lines = [line for line in done.stderr.splitlines() if line.strip() and "WARNING" not in line]
-        _OLD_KERNELS[version] = target if done.returncode == 0 else (lines or ["pip failed"])[-1]
+        def install(target: Path) -> None:
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                 "--target", str(target), f"kernels=={version}"],
+                capture_output=True, text=True, check=False,
+            )
+            lines = [line for line in done.stderr.splitlines() if line.strip() and "WARNING" not in line]
+            if done.returncode != 0:
+                (target / "pip-failed").write_text((lines or ["pip failed"])[-1])
+
+        target = made_once(f"kernels-{version}", install)
+        failed = target / "pip-failed"
+        _OLD_KERNELS[version] = failed.read_text() if failed.exists() else target
     found = _OLD_KERNELS[version]
     if not isinstance(found, Path):
         pytest.skip(f"kernels {version} could not be installed from the package index: {found}")
@@ -173,3 +220,32 @@ def ci_install():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KBUILD_CI_INSTALL", CI_INSTALL)
         yield CI_INSTALL
+
+
+# -- Parallel runs (pytest-xdist: `python -m pytest -n auto`) --------------------------------
+# A module-scoped fixture is made once per worker that uses it, so a module with one of its
+# own keeps its tests on one worker (conftest.py's shared builds are made once for all
+# workers: made_once). The modules that watch machine-wide state for their own builds'
+# processes or sockets share a worker, so that they never mistake another's for their own.
+_CHEAP_SHARED_FIXTURES = {"ci_install", "cli_app", "kbuild_bin"}
+_MACHINE_WIDE_WATCHERS = {"test_shared_cache", "test_build_interrupt", "test_build_concurrency",
+                          "test_envstore", "test_import_process", "test_tool_processes", "test_compiler_cache"}
+
+
+def pytest_configure(config):
+    # `-n` alone means --dist load, which would split the tests sharing a build (below).
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if Path(module).stem in _MACHINE_WIDE_WATCHERS:
+            item.add_marker(pytest.mark.xdist_group("machine-wide"))
+        elif any(name not in _CHEAP_SHARED_FIXTURES and definitions[-1].scope != "function"
+                 and Path(inspect.getfile(definitions[-1].func)).name.startswith("test_")
+                 for name, definitions in item._fixtureinfo.name2fixturedefs.items()):
+            item.add_marker(pytest.mark.xdist_group(module))  # a module's own shared fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -102,13 +101,14 @@ def test_out_option_writes_elsewhere(tiny, tmp_path):
     assert (out / VARIANT / "metadata.json").exists()
 
 
-def test_second_build_is_fast(tiny):
-    start = time.perf_counter()
-    result = kbuild("build", str(tiny), check=True)
-    elapsed = time.perf_counter() - start
-    assert "up-to-date" in result.stderr
-    # Generous bound for a noisy machine; the benchmark reports the real figure.
-    assert elapsed < 5, elapsed
+def test_second_build_compiles_nothing(tiny):
+    """Its time is a benchmark's figure (benchmarks/), not a timed test's."""
+    library = next((tiny / "build" / VARIANT).glob("*.so"))
+    before = library.stat().st_mtime_ns
+    result = kbuild("build", str(tiny), "--json", check=True)
+    rows = [row for row in json.loads(result.stdout)["jobs"] if row["backend"] == "cpu"]
+    assert [(row["status"], row.get("compiled") or []) for row in rows] == [("up-to-date", [])], rows
+    assert library.stat().st_mtime_ns == before
 
 
 def test_lifecycle_noop_edit_rebuild_and_failed_build_keeps_old_output(tiny):

@@ -7,7 +7,6 @@ the docs and the acceptance criteria run; their backends and own test suites: te
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -113,12 +112,9 @@ def test_swiglu_layer_kernelizes_a_module_with_kernels(swiglu):
 def test_swiglu_noop_rebuild_compiles_nothing(swiglu):
     library = next((swiglu / "build" / CPU_VARIANT).glob("*.so"))
     before = library.stat().st_mtime_ns
-    start = time.perf_counter()
     result = kbuild("build", str(swiglu), check=True)
-    elapsed = time.perf_counter() - start
     assert "up-to-date" in result.stderr and "building" not in result.stderr
-    assert library.stat().st_mtime_ns == before
-    assert elapsed < 5, elapsed  # the benchmark script reports the real figure
+    assert library.stat().st_mtime_ns == before  # its time: benchmarks/, not a timed test
 
 
 def test_layer_norm_matches_the_reference(built_example):
