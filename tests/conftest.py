@@ -129,6 +129,27 @@ def relu_cpu(tmp_path_factory) -> Path:
     return root
 
 
+SHARED_STATIC = REPO / "tests" / "fixtures" / "shared-static"
+
+
+@pytest.fixture(scope="session")
+def shared_static(tmp_path_factory) -> tuple[Path, Path]:
+    """Two kernels, `shared-static` and `shared-static-b`, made from tests/fixtures/shared-static
+    (the same C++ class with a function-local static), each with its torch 2.13 CPU variant
+    built, once per session."""
+    roots = []
+    for name in ("shared-static", "shared-static-b"):
+        root = tmp_path_factory.mktemp("shared-static") / name
+        shutil.copytree(SHARED_STATIC, root)
+        if name != SHARED_STATIC.name:
+            toml = root / "build.toml"
+            toml.write_text(toml.read_text().replace(f'name = "{SHARED_STATIC.name}"', f'name = "{name}"'))
+            (root / "torch-ext" / "shared_static").rename(root / "torch-ext" / name.replace("-", "_"))
+        kbuild("build", str(root), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
+        roots.append(root)
+    return roots[0], roots[1]
+
+
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
     """An example's own test suite, in a fresh interpreter, against its build/ (skip
     reasons listed: `-rs`)."""
