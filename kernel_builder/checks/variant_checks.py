@@ -10,7 +10,8 @@ skipped (with why):
   per process, so two kernels would share its state (kernel_builder.compile.unique_symbols);
 - `metadata`: metadata.json has every key the runtime requires and its digests match the files;
 - `import`: the variant imports in its own build environment, with the kernel's runtime needs
-  added (kernel_builder.environments.runtime_overlay), and registers its ops.
+  added (kernel_builder.environments.runtime_overlay), and registers its ops, none outside
+  its op namespace.
 
 The policies are data (data/check_policy.toml). `check_variant(folder)` runs them all on
 one folder, so a build can call it on what it just produced; `kbuild check` runs it on
@@ -412,13 +413,25 @@ def check_import(
             return _failed("import", [f"the import did not finish within {_IMPORT_TIMEOUT_S} s ({python})"])
     if done.returncode != 0:
         return _failed("import", [f"import failed in {python}: {_import_error(done.stderr, folder, done.returncode)}"])
-    ops = json.loads(done.stdout.strip().splitlines()[-1])["ops"]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    ops = answer["ops"]
+    if answer["outside"]:
+        return _failed("import", [_outside_namespace(answer["outside"], _metadata_or_empty(folder).get("id", "its id"))])
     if ops:
         shown = _shown(op.split("::", 1)[1] for op in ops)
         return _ok("import", f"imports in {python}; registers {len(ops)} op{'s' if len(ops) != 1 else ''}: {shown}")
     if shared_libraries(folder):
         return _failed("import", [f"imports in {python} but registers no ops under its id"])
     return _ok("import", f"imports in {python} (pure Python, no ops)")
+
+
+def _outside_namespace(ops: list[str], namespace: str) -> str:
+    """The finding for ops a variant registers outside its namespace, which a second build of
+    the kernel (or another kernel choosing the same name) would collide with."""
+    return (
+        f"registers {_shown(ops)} outside its op namespace {namespace}: register with "
+        "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ...) in C++ and add_op_namespace_prefix(...) from _ops in Python"
+    )
 
 
 def _metadata_or_empty(folder: Path) -> dict:
