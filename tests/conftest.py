@@ -171,6 +171,28 @@ def relu_cpu() -> Path:
     return made_once("relu-cpu", make) / "relu"
 
 
+SHARED_STATIC = REPO / "tests" / "fixtures" / "shared-static"
+
+
+@pytest.fixture(scope="session")
+def shared_static() -> tuple[Path, Path]:
+    """Two kernels, `shared-static` and `shared-static-b`, made from tests/fixtures/shared-static
+    (the same C++ class with a function-local static), each with its torch 2.13 CPU variant
+    built, once per test run."""
+
+    def make(name: str, folder: Path) -> None:
+        root = Path(shutil.copytree(SHARED_STATIC, folder / name))
+        if name != SHARED_STATIC.name:
+            toml = root / "build.toml"
+            toml.write_text(toml.read_text().replace(f'name = "{SHARED_STATIC.name}"', f'name = "{name}"'))
+            (root / "torch-ext" / "shared_static").rename(root / "torch-ext" / name.replace("-", "_"))
+        kbuild("build", str(root), "--variant", "torch213-cxx11-cpu-x86_64-linux", check=True)
+
+    first, second = (made_once(name, lambda folder, name=name: make(name, folder)) / name
+                     for name in ("shared-static", "shared-static-b"))
+    return first, second
+
+
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
     """An example's own test suite, in a fresh interpreter, against its build/ (skip
     reasons listed: `-rs`)."""

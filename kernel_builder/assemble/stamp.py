@@ -17,11 +17,12 @@ from kernel_builder.compile.backends import get_backend
 from kernel_builder.kernel.fusion import load_fusions, stamp_layouts
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.kernel.provenance import kbuild_git_state
+from kernel_builder.kernel.registration import registration_files
 from kernel_builder.paths import templates_dir
 from kernel_builder.runtime.digest import hash_variant
 from kernel_builder.runtime.loader import REPLACED, STAGING_PREFIX, replaced_variant
 from kernel_builder.runtime.zip_package import ZIP
-from kernel_builder.assemble.symbols import describe_package
+from kernel_builder.assemble.symbols import describe_package, op_schemas
 from kernel_builder.assemble.zip_layout import pack_package
 
 # kernels 0.19.1 is the first release on the package index that imports a zip variant and
@@ -76,7 +77,7 @@ def _fill(staging: Path, job: BuildJob, library: Path | None, input_hash: str) -
     stamp_layouts(staging, load_fusions(job.manifest.root))
     if library is not None:
         shutil.copy2(library, staging / job.library_name)
-    ops = _render(
+    ops_module = _render(
         "_ops.py.j2",
         name=job.manifest.name,
         variant=job.variant.name,
@@ -84,9 +85,10 @@ def _fill(staging: Path, job: BuildJob, library: Path | None, input_hash: str) -
         ops_name=job.ops_name,
         zip_layout=job.manifest.general.build_layout == ZIP,
     )
-    (staging / "_ops.py").write_text(ops)
+    (staging / "_ops.py").write_text(ops_module)
     # Before hashing, so the digest covers it; read from the package's files before they are packed.
-    (staging / "symbols.json").write_text(json.dumps(describe_package(staging), indent=2) + "\n")
+    ops = op_schemas(map(Path, registration_files(job.manifest))) if library is not None else None
+    (staging / "symbols.json").write_text(json.dumps(describe_package(staging, ops), indent=2) + "\n")
     if job.manifest.general.build_layout == ZIP:
         pack_package(staging, job.ops_name)
     metadata = build_metadata(job, hash_variant(staging), input_hash)

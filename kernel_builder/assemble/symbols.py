@@ -1,9 +1,15 @@
 """`symbols.json`: a variant's public functions and layers, as `kernels describe-api` reads
-them (schema_version 1), found by reading the package's source, never by importing it."""
+them (schema_version 1), found by reading the package's source, never by importing it.
+
+kbuild adds `ops`, the schemas its registration sources define (`m.def("name(...) -> ...")`),
+which `kbuild publish` compares with the previous release (kernel_builder.publish.api_diff);
+kernels reads only the keys it knows."""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 SCHEMA_VERSION = 1
@@ -69,6 +75,32 @@ def _layers(package: Path) -> list[dict]:
     ]
 
 
-def describe_package(package: Path) -> dict:
-    """The symbols.json content for the package in folder `package` (a staged variant)."""
-    return {"schema_version": SCHEMA_VERSION, "functions": _functions(package), "layers": _layers(package)}
+# `.def(` and its string literal(s), adjacent ones concatenated as C++ does, optionally in
+# TORCH_SELECTIVE_SCHEMA(...).
+_DEF = re.compile(r'\.def\(\s*(?:TORCH_SELECTIVE_SCHEMA\(\s*)?((?:"(?:[^"\\\n]|\\.)*"\s*)+)')
+_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+
+
+def op_schemas(sources: Iterable[Path]) -> list[dict]:
+    """The ops that these registration sources define, `{name, schema}` by name; the schema is
+    None for a `def` that names the op only (torch infers it from the function). Every `def`
+    the text spells counts, whichever backend's `#if` it sits in."""
+    found: dict[str, str | None] = {}
+    for source in sources:
+        try:
+            text = source.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for match in _DEF.finditer(text):
+            spelled = " ".join("".join(_LITERAL.findall(match.group(1))).split())
+            name = spelled.split("(", 1)[0].strip()
+            if name:
+                found[name] = spelled if "(" in spelled else None
+    return [{"name": name, "schema": found[name]} for name in sorted(found)]
+
+
+def describe_package(package: Path, ops: list[dict] | None = None) -> dict:
+    """The symbols.json content for the package in folder `package` (a staged variant), with
+    the `ops` its library defines (op_schemas) when it has one."""
+    described = {"schema_version": SCHEMA_VERSION, "functions": _functions(package), "layers": _layers(package)}
+    return described if ops is None else {**described, "ops": ops}

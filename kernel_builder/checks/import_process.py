@@ -22,19 +22,52 @@ import kernel_builder
 from kernel_builder.compile.private_files import own_folder
 from kernel_builder.file_lock import abandoned, exclusive_lock
 
-# Runs in the variant's environment: import it as the runtime does, list its ops.
+# Runs in the variant's environment: import it as the runtime does, list its ops, and the ops
+# the variant itself registered outside its namespace (`outside`). An op is the variant's when
+# one of its libraries registered it while torch.ops.load_library loaded it, or when one of
+# its Python files asked torch.library to define it (custom_op, define, Library.define): ops
+# that torch's own modules or other packages define while the variant imports them are not.
 _SCRIPT = r"""
-import json, sys
+import json, os, sys
 import torch
+import torch.library
 from kernel_builder.runtime import load_local, read_metadata
 request = sys.stdin.readline()
 if not request:
     raise SystemExit(0)
 folder, backend = json.loads(request)
+root = os.path.realpath(folder) + os.sep
+machinery = tuple(os.path.join(os.path.dirname(torch.__file__), p) for p in ("library.py", "_library" + os.sep))
+registered = set()
+
+def names():
+    return set(torch._C._dispatch_get_all_op_names())
+
+def ours(path):
+    return os.path.realpath(path).startswith(root)
+
+def caller():
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == "<string>" or frame.f_code.co_filename.startswith(machinery)):
+        frame = frame.f_back
+    return frame.f_code.co_filename if frame is not None else ""
+
+def tracking(call, owned):
+    def tracked(*args, **kwargs):
+        before, mine = names(), owned(*args)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            if mine:
+                registered.update(names() - before)
+    return tracked
+
+torch.ops.load_library = tracking(torch.ops.load_library, lambda path, *rest: ours(str(path)))
+torch.library.Library.define = tracking(torch.library.Library.define, lambda *args: ours(caller()))
 load_local(folder, backend=backend or None, verify=False)
 namespace = read_metadata(folder)["id"] + "::"
 ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(namespace))
-print(json.dumps({"ops": ops}))
+print(json.dumps({"ops": ops, "outside": sorted(n for n in registered if not n.startswith(namespace))}))
 """
 
 

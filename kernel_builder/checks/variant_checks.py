@@ -6,9 +6,12 @@ skipped (with why):
 - `needed`: every NEEDED library is the C/C++ runtime, torch's, or the backend's own;
 - `stable-abi` (stable-ABI variants only): no `.so` imports a torch symbol outside the
   stable C shim (kernel_builder.checks.stable_symbols);
+- `gnu-unique`: no `.so` exports a `gnu_unique` symbol, which the dynamic linker keeps once
+  per process, so two kernels would share its state (kernel_builder.compile.unique_symbols);
 - `metadata`: metadata.json has every key the runtime requires and its digests match the files;
 - `import`: the variant imports in its own build environment, with the kernel's runtime needs
-  added (kernel_builder.environments.runtime_overlay), and registers its ops.
+  added (kernel_builder.environments.runtime_overlay), and registers its ops, none outside
+  its op namespace.
 
 The policies are data (data/check_policy.toml). `check_variant(folder)` runs them all on
 one folder, so a build can call it on what it just produced; `kbuild check` runs it on
@@ -22,6 +25,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tomllib
@@ -55,7 +59,7 @@ class CheckTargetError(UsageError):
 
 @dataclass(frozen=True)
 class CheckResult:
-    check: str  # abi, needed, stable-abi, metadata, import
+    check: str  # abi, needed, stable-abi, gnu-unique, metadata, import
     status: str  # ok, failed, skipped, warning
     detail: str  # one line: what passed, the findings, or why skipped
     findings: tuple[str, ...] = ()
@@ -160,6 +164,34 @@ def read_elf_dependencies(path: Path) -> ElfDependencies:
                     if name is not None:
                         symbols[name].append(symbol.name)
     return ElfDependencies(needed, {name: tuple(sorted(s)) for name, s in symbols.items()})
+
+
+# Binding 10, the first OS-specific one, which GNU systems use for gnu_unique: pyelftools
+# names it STB_LOOS.
+_GNU_UNIQUE = ("STB_GNU_UNIQUE", "STB_LOOS")
+
+
+def gnu_unique_symbols(path: Path) -> tuple[str, ...]:
+    """The symbols a library defines with the binding STB_GNU_UNIQUE (`u` in nm), demangled
+    when c++filt is here."""
+    from elftools.elf.elffile import ELFFile
+
+    with path.open("rb") as f:
+        dynsym = next((s for s in ELFFile(f).iter_sections() if s["sh_type"] == "SHT_DYNSYM"), None)
+        names = sorted(
+            symbol.name for symbol in (dynsym.iter_symbols() if dynsym is not None else ())
+            if symbol["st_info"]["bind"] in _GNU_UNIQUE and symbol["st_shndx"] != "SHN_UNDEF"
+        )
+    return _demangled(names)
+
+
+def _demangled(names: list[str]) -> tuple[str, ...]:
+    demangler = shutil.which("c++filt")
+    if not names or demangler is None:
+        return tuple(names)
+    done = subprocess.run([demangler], input="\n".join(names), capture_output=True, text=True, check=False)
+    lines = done.stdout.splitlines()
+    return tuple(lines) if done.returncode == 0 and len(lines) == len(names) else tuple(names)
 
 
 def shared_libraries(folder: Path) -> list[Path]:
@@ -284,6 +316,27 @@ def check_stable_abi(folder: Path, variant: Variant | None = None) -> CheckResul
     return _ok("stable-abi", f"torch only through the stable C shim ({len(shim)} functions)")
 
 
+def check_gnu_unique(folder: Path, variant: Variant | None = None) -> CheckResult:
+    """No library exports a gnu_unique symbol: the dynamic linker keeps one per process, so
+    every kernel with the same class (a function-local static, a template's static member)
+    would share it."""
+    libraries = _elf_libraries(folder, variant, "gnu-unique")
+    if isinstance(libraries, CheckResult):
+        return libraries
+    findings = []
+    for library in libraries:
+        names = gnu_unique_symbols(library)
+        if names:
+            findings.append(
+                f"{library.relative_to(folder)} exports {len(names)} gnu_unique symbol{'s' if len(names) != 1 else ''} "
+                f"({_shown(names)}), which every kernel in the process would share: compile with -fno-gnu-unique "
+                "(`kbuild build` does, with GCC)"
+            )
+    if findings:
+        return _failed("gnu-unique", findings)
+    return _ok("gnu-unique", "no gnu_unique symbols: each kernel keeps its own statics")
+
+
 def check_metadata(folder: Path) -> CheckResult:
     """metadata.json has every required key, and every file matches its digest."""
     try:
@@ -368,13 +421,25 @@ def check_import(
             # placeholder off Neuron machines): where the runtime does not allow it, not the kernel's fault.
             return _skipped("import", f"a dependency of this {variant.backend} kernel does not import on this machine: {foreign}")
         return _failed("import", [f"import failed in {python}: {_import_error(done.stderr, folder, done.returncode)}"])
-    ops = json.loads(done.stdout.strip().splitlines()[-1])["ops"]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    ops = answer["ops"]
+    if answer["outside"]:
+        return _failed("import", [_outside_namespace(answer["outside"], _metadata_or_empty(folder).get("id", "its id"))])
     if ops:
         shown = _shown(op.split("::", 1)[1] for op in ops)
         return _ok("import", f"imports in {python}; registers {len(ops)} op{'s' if len(ops) != 1 else ''}: {shown}")
     if shared_libraries(folder):
         return _failed("import", [f"imports in {python} but registers no ops under its id"])
     return _ok("import", f"imports in {python} (pure Python, no ops)")
+
+
+def _outside_namespace(ops: list[str], namespace: str) -> str:
+    """The finding for ops a variant registers outside its namespace, which a second build of
+    the kernel (or another kernel choosing the same name) would collide with."""
+    return (
+        f"registers {_shown(ops)} outside its op namespace {namespace}: register with "
+        "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ...) in C++ and add_op_namespace_prefix(...) from _ops in Python"
+    )
 
 
 def _metadata_or_empty(folder: Path) -> dict:
@@ -442,7 +507,10 @@ def check_variant(
     abi = check_abi(folder, variant)
     if not strict_abi:
         abi = _as_warning(abi, "a local build follows this machine's glibc; --runner docker builds portable variants")
-    results = [abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_metadata(folder)]
+    results = [
+        abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_gnu_unique(folder, variant),
+        check_metadata(folder),
+    ]
     if import_check:
         results.append(check_import(folder, variant, python, prepared))
     return VariantReport(folder, tuple(results))

@@ -20,6 +20,9 @@ def publish(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the branch, tag and files (with sizes); touch nothing."),
     force: bool = typer.Option(False, "--force", help="Move the tag if it exists already."),
     allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Publish a build of uncommitted sources."),
+    allow_api_break: bool = typer.Option(
+        False, "--allow-api-break",
+        help="Publish even if an op, layer or function of the previous release of this major is removed or changed."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (--dry-run) or the result as JSON."),
 ) -> None:
     """Publish every variant under build/ to branch vMAJOR of a Hub repo in one commit, tag it, and update the repo card."""
@@ -41,7 +44,7 @@ def publish(
             out.print(f"  {upload.size:>12,}  {escape(upload.path_in_repo)}")
         out.print("  and README.md (the repo card) on main")
         return
-    done = run_publish(plan, private=private, create_pr=create_pr, force=force,
+    done = run_publish(plan, private=private, create_pr=create_pr, force=force, allow_api_break=allow_api_break,
                        say=(lambda line: None) if as_json else (lambda line: console.print(escape(line))))
     if as_json:
         from dataclasses import asdict

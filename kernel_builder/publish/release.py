@@ -26,6 +26,7 @@ from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.hub_names import repo_id_problem
 from kernel_builder.kernel.identity import DIRTY, kernel_identity
 from kernel_builder.kernel.manifest import Manifest, load_manifest
+from kernel_builder.publish.api_diff import Api, breaks, describe_breaks, local_api, previous_release
 from kernel_builder.publish.repo_card import card_release, render_card
 from kernel_builder.runtime.loader import read_metadata
 
@@ -83,12 +84,12 @@ def parse_tag(tag: str, version: int) -> tuple[int, int, int]:
     match = TAG_RE.match(tag)
     if not match:
         raise UsageError(f"--tag {tag!r}: expected vMAJOR.MINOR.PATCH, e.g. v{version}.0.0")
-    numbers = tuple(int(n) for n in match.groups())
+    numbers = _numbers(match)
     if numbers[0] != version:
         raise UsageError(
             f"--tag {tag}: its major version {numbers[0]} must equal build.toml's [general] version = {version} "
             f"(tag v{version}.x.y, or raise the version in build.toml and rebuild)")
-    return numbers  # type: ignore[return-value]
+    return numbers
 
 
 def _repo_id(manifest: Manifest, repo_id: str | None) -> str:
@@ -167,9 +168,12 @@ def publish(
     private: bool = False,
     create_pr: bool = False,
     force: bool = False,
+    allow_api_break: bool = False,
     say: Callable[[str], None] = lambda line: None,
 ) -> Published:
-    """Carry out `plan` against the Hub (HF_ENDPOINT) with the configured token."""
+    """Carry out `plan` against the Hub (HF_ENDPOINT) with the configured token. A release that
+    removes or changes what the previous release of its major has is refused unless
+    `allow_api_break` (kernel_builder.publish.api_diff)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -183,6 +187,8 @@ def publish(
             raise PublishError(f"tag {plan.tag} already exists on {plan.repo_id} (commit {tags[plan.tag][:12]}); "
                                "publish a new version, or pass --force to move it")
         return _finish_tagged(api, plan, repo_type, tags[plan.tag], say)
+    if not allow_api_break:
+        _refuse_api_break(api, plan, repo_type, tags, say)
     branches = {b.name: b.target_commit for b in refs.branches}
     if plan.branch not in branches:
         _call(lambda: api.create_branch(plan.repo_id, branch=plan.branch, repo_type=repo_type, exist_ok=True),
@@ -218,6 +224,45 @@ def publish(
     say(f"tagged {sha[:12]} as {plan.tag}")
     _upload_card(api, plan, repo_type)
     return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded)
+
+
+def _refuse_api_break(api, plan: PublishPlan, repo_type: str, tags: dict[str, str], say: Callable[[str], None]) -> None:
+    """Compare the plan's API with the previous release of its major, read from that tag's
+    symbols.json files; refuse what it removes or changes."""
+    releases = {name: _numbers(match) for name in tags if (match := TAG_RE.match(name))}
+    previous = previous_release(parse_tag(plan.tag, plan.manifest.general.version), releases)
+    if previous is None:
+        return
+    found = breaks(_release_api(api, plan.repo_id, repo_type, tags[previous]), local_api(plan.variants))
+    if found:
+        raise PublishError(describe_breaks(plan.tag, previous, found))
+    say(f"the API keeps everything {previous} has")
+
+
+def _numbers(match: re.Match) -> tuple[int, int, int]:
+    return tuple(int(n) for n in match.groups())  # type: ignore[return-value]
+
+
+def _release_api(api, repo_id: str, repo_type: str, sha: str) -> Api:
+    """The API of the release at commit `sha`: its build/<variant>/symbols.json files."""
+    import json
+
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.hf_api import RepoFile
+
+    try:
+        paths = _call(lambda: [e.path for e in api.list_repo_tree(repo_id, path_in_repo="build", revision=sha,
+                                                                   repo_type=repo_type, recursive=True)
+                               if isinstance(e, RepoFile) and e.path.count("/") == 2 and e.path.endswith("/symbols.json")],
+                      f"list the files of {repo_id}@{sha[:12]}", repo_id)
+    except EntryNotFoundError:
+        return Api.merged(())
+    return Api.merged(
+        json.loads(Path(_call(lambda: hf_hub_download(repo_id, path, repo_type=repo_type, revision=sha, token=api.token),
+                              f"read {path} of {repo_id}@{sha[:12]}", repo_id)).read_text())
+        for path in paths
+    )
 
 
 def _upload_card(api, plan: PublishPlan, repo_type: str) -> None:

@@ -236,8 +236,10 @@ def test_cuda_host_compiles_get_the_header(tmp_path, monkeypatch):
     options = dict(spec.language_options)
     # nvcc's is relative to the build folder, where its compiles run (no work-folder path for sccache to hash).
     assert options["CXX"][-1] == f"-include{header}" and options["CUDA"][-1] == f"-Xcompiler=-include../{glibc_compat.HEADER}"
-    assert options["CUDA"][:-1] == cuda.NVCC_FLAGS  # the backend's own options stay first
+    assert options["CUDA"][:len(cuda.NVCC_FLAGS)] == cuda.NVCC_FLAGS  # the backend's own options stay first
     assert dict(spec.files)[glibc_compat.HEADER] == glibc_compat.header_text()
+    # GCC (the host compiler here) for both: one copy of each static per kernel (compile.unique_symbols).
+    assert "-fno-gnu-unique" in options["CXX"] and "-Xcompiler=-fno-gnu-unique" in options["CUDA"]
 
 
 @pytest.mark.e2e

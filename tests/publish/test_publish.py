@@ -156,6 +156,15 @@ def test_versions_branches_and_ranges(fused, hub, tmp_path):
     again = publish(fused, "--tag", "v1.1.0", *repo, env=env)
     assert again.returncode == 1 and "tag v1.1.0 already exists" in again.stderr
 
+    # A layer that loses torch.compile breaks v1's API: refused in v1, published as v2 (publish.api_diff).
+    layers.write_text(layers.read_text().replace("can_torch_compile = True", "can_torch_compile = False"))
+    git(fused, "commit", "-q", "-am", "no torch.compile")
+    kbuild("build", str(fused), check=True)
+    breaking = publish(fused, "--tag", "v1.2.0", *repo, env=env)
+    assert breaking.returncode == 1, breaking.stderr
+    assert "it breaks the API of v1.1.0" in breaking.stderr
+    assert "  ~ layer RMSNormMLP: can_torch_compile was True, is now False\n" in breaking.stderr
+
     (fused / "build.toml").write_text((fused / "build.toml").read_text().replace("version = 1", "version = 2"))
     mismatch = publish(fused, "--tag", "v1.2.0", *repo, env=env)
     assert mismatch.returncode == 2 and "must equal build.toml's [general] version = 2" in mismatch.stderr
@@ -249,3 +258,37 @@ def test_refuses_a_variant_that_needs_a_newer_glibc_and_says_to_build_in_docker(
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"{CPU_VARIANT}: abi: {library.name} needs GLIBC_2.34 (pthread_create) > 2.28: pthread_create cannot be " \
         "pinned to an older version; build with `kbuild build --runner docker` (the manylinux_2_28 image)" in result.stderr
+
+
+def _set_symbols(folder: Path, symbols: dict) -> None:
+    """symbols.json of a built variant replaced, and its digest with it (so the build passes its checks)."""
+    (folder / "symbols.json").write_text(json.dumps(symbols, indent=2) + "\n")
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["digest"]["files"] = hash_variant(folder)
+    (folder / "metadata.json").write_text(json.dumps(metadata, indent=2))
+
+
+def test_a_release_that_removes_an_op_is_refused_with_the_diff_unless_allowed(shared_static, hub, tmp_path):
+    """v1.1.0 has an op (reset_count) that the build of v1.2.0 no longer has: refused, with the
+    diff, unless --allow-api-break (a new major breaking the API: test_versions_branches_and_ranges)."""
+    root = Path(shutil.copytree(shared_static[0], tmp_path / "shared-static"))
+    [folder] = (root / "build").iterdir()
+    built = json.loads((folder / "symbols.json").read_text())
+    assert built["ops"] == [{"name": "next_count", "schema": "next_count() -> int"}]
+    env = hub_env(hub, tmp_path)
+    repo = ["--repo-id", "me/shared-static", "--allow-dirty"]
+
+    _set_symbols(folder, {**built, "ops": [*built["ops"], {"name": "reset_count", "schema": "reset_count() -> ()"}]})
+    assert publish(root, "--tag", "v1.1.0", *repo, env=env).returncode == 0
+    _set_symbols(folder, built)
+    refused = publish(root, "--tag", "v1.2.0", *repo, env=env)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert (
+        "kbuild: error: refusing to publish v1.2.0: it breaks the API of v1.1.0, the previous release of major 1:\n"
+        "  - op reset_count() -> (): removed\n"
+        "raise the major version (build.toml [general] version = 2, tag v2.0.0), or pass --allow-api-break\n"
+    ) in refused.stderr
+    assert "v1.2.0" not in refs(hub, "me/shared-static")[1]
+
+    assert publish(root, "--tag", "v1.2.0", *repo, "--allow-api-break", env=env).returncode == 0
+    assert set(refs(hub, "me/shared-static")[1]) == {"v1.1.0", "v1.2.0"}

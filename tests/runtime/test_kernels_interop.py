@@ -110,5 +110,7 @@ def test_kernels_describe_api_reads_our_symbols(relu_build):
     info = json.loads(done.stdout)
     assert info["functions"] == [{"name": "relu"}]
     assert info["layers"] == [{"name": "ReLU", "attributes": {"has_backward": False, "can_torch_compile": True}}]
+    # kbuild's own key (kernel_builder.assemble.symbols), which kernels passes through.
+    assert info["ops"] == [{"name": "relu", "schema": "relu(Tensor! out, Tensor input) -> ()"}]
     shown = subprocess.run([cli, "describe-api", str(relu_build)], capture_output=True, text=True, check=True).stdout
     assert "relu" in shown and "ReLU" in shown and "has_backward=False" in shown

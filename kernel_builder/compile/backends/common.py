@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernel_builder.compile.backends.base import Unavailable
-from kernel_builder.compile import glibc_compat
+from kernel_builder.compile import glibc_compat, unique_symbols
 from kernel_builder.compile.cmake import CompileSpec, SourceGroup, generated_include_dir
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
@@ -231,6 +231,9 @@ def torch_spec(
     env = job.env
     if job.variant.kind is Kind.STABLE_ABI:
         definitions = (target_version_define(job.variant.torch),) + definitions
+    if job.variant.os == "linux":
+        # One copy of each static per kernel, not per process (kernel_builder.compile.unique_symbols).
+        language_options = _merged_options(language_options, unique_symbols.language_options(languages, fields.get("cache", {})))
     if job.variant.os == "linux" and "CXX" in languages:
         # Within manylinux_2_28 on a newer glibc (kernel_builder.compile.glibc_compat).
         groups = [*groups, glibc_compat.compat_group()]
