@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import time
 from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -20,31 +19,17 @@ from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
 from kernel_builder.checks.variant_checks import check_variant
 from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.cmake import build_project, compiled_sources, render_project
-from kernel_builder.compile.compiler_cache import CompilerCache, launcher_settings
+from kernel_builder.compile.compiler_cache import launcher_settings
 from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
-from kernel_builder.compile.parallelism import Slots
-from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import BuildError, Interrupted, KbuildError
+from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.sources import input_hash
-from kernel_builder.runners.progress import Progress
+from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task
 from kernel_builder.runners.result import JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """What every job of one build shares, resolved once (the options keep their names from
-    kernel_builder.build.options.BuildOptions, which gives their defaults)."""
-
-    slots: Slots
-    compiler_cache: CompilerCache | None
-    progress: Progress
-    import_check: bool  # import each new variant in its environment before installing it
-    strict_abi: bool  # symbol versions beyond manylinux_2_28 fail the job (else warn)
-    tools: ToolProcesses = field(default_factory=ToolProcesses)  # stopped on an interrupt
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -182,3 +167,64 @@ def writing_to(out: Path) -> Iterator[None]:
             f"cannot write {e.filename or out}: {e.strerror or e}; the previous variant is kept "
             "(free space there, or choose a writable --out)"
         ) from None
+
+
+def run_device_check(
+    manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path, settings: BuildSettings
+) -> JobResult:
+    """Compile a backend's device code without claiming a variant (ROCm without ROCm torch)."""
+    start = time.perf_counter()
+    log = work_dir / "build.log"
+    settings.progress.step(f"({backend})", "compile", log)
+    try:
+        check = get_backend(backend).device_check(manifest, chooser.primary, work_dir)
+    except KbuildError as e:
+        return JobResult(f"({backend})", backend, "failed", time.perf_counter() - start, e.message, str(log))
+    status = "checked" if check.checked else "skipped"
+    return JobResult(f"({backend})", backend, status, time.perf_counter() - start, check.summary, str(log))
+
+
+_IN_SETTINGS = "BuildSettings, which run_job reads"
+
+
+class LocalRunner(Runner):
+    """Jobs in this process, in this machine's build environments (the plan's)."""
+
+    name = "local"
+    options = {
+        "KERNEL_DIR": Honoured("the plan's manifest"),
+        "--variant": Honoured("the plan's jobs"),
+        "--matrix": Honoured("the plan's jobs"),
+        "--shard": Honoured("the plan's jobs"),
+        "--variant-names": Honoured("the plan's jobs"),
+        "--out": Honoured("each job's output folder"),
+        "--env": Honoured("the environment chooser"),
+        "--create-env": Honoured("the environment chooser"),
+        "--torch-index": Honoured("the environment chooser (managed environments' torch)"),
+        "--jobs": Honoured("the scheduler"),
+        "--max-jobs": Honoured(_IN_SETTINGS),
+        "--nvcc-threads": Honoured(_IN_SETTINGS),
+        "--fail-fast": Honoured("the scheduler"),
+        "--runner": Honoured("the registry"),
+        "--base-image": Refused("it is the base of the docker runner's images: add --runner docker or drop it"),
+        "--strict-abi": Honoured(_IN_SETTINGS),
+        "--import-check": Honoured(_IN_SETTINGS),
+        "--compiler-cache": Honoured(_IN_SETTINGS),
+        "--compiler-cache-tool": Honoured(_IN_SETTINGS),
+        "--dist-scheduler": Honoured(_IN_SETTINGS),
+        "--dist-token": Honoured(_IN_SETTINGS),
+        "--dist-fallback-local": Honoured(_IN_SETTINGS),
+        "--cuda-arch": Honoured("the plan's jobs (their architectures and work tree)"),
+        "--json": Honoured("kbuild's report"),
+    }
+
+    def tasks(self, request: RunRequest) -> tuple[list[Task], list[JobResult]]:
+        plan = request.plan_here()
+        skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
+        chooser = request.chooser
+        tasks = [Task(j.variant.name, j.backend, lambda settings, j=j: run_job(j, chooser, settings), j) for j in plan.jobs]
+        tasks += [
+            Task(f"({b})", b, lambda settings, b=b, w=w: run_device_check(request.manifest, b, chooser, w, settings))
+            for b, w in plan.device_checks
+        ]
+        return tasks, skips
