@@ -414,10 +414,7 @@ class DockerRunner(Runner):
         "--variant-names": Honoured("one container per variant, named in that style"),
         "--out": Honoured("mounted read-write; the container's --out"),
         "--env": Refused("the containers build in their image's own environment" + _LOCAL_ONLY),
-        "--create-env": Refused(
-            "the containers build in their image's environment, and a missing image is built "
-            "(`kbuild docker build-images` builds them ahead)" + _LOCAL_ONLY
-        ),
+        "--create-env": Honoured("a variant whose build image is missing is built, or with --no-create-env skipped"),
         "--torch-index": Honoured("the image build's torch index (TORCH_INDEX_URL masked, the URL as a BuildKit secret)"),
         "--jobs": Honoured("the scheduler: containers at once"),
         "--max-jobs": Honoured("the container's --max-jobs (its share) and MAX_JOBS"),
@@ -474,8 +471,12 @@ class DockerRunner(Runner):
             return [], skips
         client = docker_client()
         options = request.options
-        built, _ = build_images([v for v, _ in found], client, base_image=options.base_image,
-                                torch_index=options.torch_index, say=request.say)  # present images are kept
+        # Present images are kept; a build image is the docker runner's build environment.
+        built, unbuilt = build_images([v for v, _ in found], client, base_image=options.base_image,
+                                      torch_index=options.torch_index, build_missing=options.create_env, say=request.say)
+        skipped = dict(unbuilt)
+        skips += [JobResult(v.name, v.backend, "skipped", detail=skipped[v.name]) for v, _ in found if v.name in skipped]
+        found = [(v, i) for v, i in found if v.name not in skipped]
         for item in built:
             glibc = image_glibc(client, item.image.tag)
             if glibc > MANYLINUX_GLIBC:

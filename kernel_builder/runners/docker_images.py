@@ -259,12 +259,15 @@ def build_images(
     rebuild: bool = False,
     base_image: str | None = None,
     torch_index: str | None = None,
+    build_missing: bool = True,
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[list[ImageBuild], list[tuple[str, str]]]:
-    """Build the images the variants need (plan_images) with BuildKit, streaming the build's
-    output line by line to `say`. An image whose tag exists is kept unless `rebuild` (which
-    also pulls the base image and bypasses the layer cache). `client` is a docker SDK
-    client; None connects to the engine (a KbuildError when none is reachable)."""
+    """Build the images the variants need (plan_images; their torch from `torch_index` when
+    given) with BuildKit, streaming the build's output line by line to `say`. An image whose
+    tag exists is kept unless `rebuild` (which also pulls the base image and bypasses the
+    layer cache). Without `build_missing`, the variants of an image that would be built are
+    skipped instead (--no-create-env). `client` is a docker SDK client; None connects to the
+    engine (a KbuildError when none is reachable)."""
     planned, skipped = plan_images(variants, base_image=base_image, torch_index=torch_index)
     if dry_run or not planned:
         return planned, skipped
@@ -283,6 +286,11 @@ def build_images(
             done.append(ImageBuild(item.image, item.variants, "present"))
             continue
         why = "its base changed, rebuilding" if existing is not None else "building"
+        if not build_missing:
+            state = "is out of date (its base changed)" if existing is not None else "is not built"
+            skipped += [(name, f"its build image {item.image.tag} {state}, and --no-create-env builds none: "
+                               "run `kbuild docker build-images` first") for name in item.variants]
+            continue
         say(f"{item.image.tag}: {why} from {item.image.dockerfile.name} ({item.image.describe()})")
         _build(item.image, rebuild, base_id, say)
         done.append(ImageBuild(item.image, item.variants, "built"))

@@ -184,7 +184,9 @@ def run_device_check(
     return JobResult(f"({backend})", backend, status, time.perf_counter() - start, check.summary, str(log))
 
 
-_IN_SETTINGS = "BuildSettings, which run_job reads"
+_SLOTS = "each job's compiles at once (BuildSettings.slots)"
+_CHECKS = "the variant's checks (BuildSettings)"
+_CACHE = "the jobs' compiler cache (BuildSettings)"
 
 
 class LocalRunner(Runner):
@@ -202,18 +204,18 @@ class LocalRunner(Runner):
         "--create-env": Honoured("the environment chooser"),
         "--torch-index": Honoured("the environment chooser (managed environments' torch)"),
         "--jobs": Honoured("the scheduler"),
-        "--max-jobs": Honoured(_IN_SETTINGS),
-        "--nvcc-threads": Honoured(_IN_SETTINGS),
+        "--max-jobs": Honoured(_SLOTS),
+        "--nvcc-threads": Honoured(_SLOTS),
         "--fail-fast": Honoured("the scheduler"),
         "--runner": Honoured("the registry"),
         "--base-image": Refused("it is the base of the docker runner's images: add --runner docker or drop it"),
-        "--strict-abi": Honoured(_IN_SETTINGS),
-        "--import-check": Honoured(_IN_SETTINGS),
-        "--compiler-cache": Honoured(_IN_SETTINGS),
-        "--compiler-cache-tool": Honoured(_IN_SETTINGS),
-        "--dist-scheduler": Honoured(_IN_SETTINGS),
-        "--dist-token": Honoured(_IN_SETTINGS),
-        "--dist-fallback-local": Honoured(_IN_SETTINGS),
+        "--strict-abi": Honoured(_CHECKS),
+        "--import-check": Honoured(_CHECKS),
+        "--compiler-cache": Honoured(_CACHE),
+        "--compiler-cache-tool": Honoured(_CACHE),
+        "--dist-scheduler": Honoured(_CACHE),
+        "--dist-token": Honoured(_CACHE),
+        "--dist-fallback-local": Honoured(_CACHE),
         "--cuda-arch": Honoured("the plan's jobs (their architectures and work tree)"),
         "--json": Honoured("kbuild's report"),
     }
