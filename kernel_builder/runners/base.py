@@ -42,13 +42,12 @@ class BuildSettings:
 
 @dataclass(frozen=True)
 class Task:
-    """One unit for the scheduler: a variant's job or a backend's device check. `job` is
-    what runs (a BuildJob, a container's spec maker, ...), kept for tests and messages."""
+    """One unit for the scheduler: a variant's job or a backend's device check, run with
+    the settings every job of the build shares."""
 
     label: str
     backend: str
     run: Callable[[BuildSettings], JobResult]
-    job: Any = None
 
 
 @dataclass(frozen=True)

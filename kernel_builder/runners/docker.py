@@ -489,5 +489,5 @@ class DockerRunner(Runner):
                 on_step=lambda step, log: settings.progress.step(variant.name, step, log),
             )
 
-        tasks = [Task(v.name, v.backend, lambda settings, v=v, i=i: run(v, i, settings), i) for v, i in found]
+        tasks = [Task(v.name, v.backend, lambda settings, v=v, i=i: run(v, i, settings)) for v, i in found]
         return tasks, skips

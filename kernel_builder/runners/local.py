@@ -224,7 +224,7 @@ class LocalRunner(Runner):
         plan = request.plan_here()
         skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
         chooser = request.chooser
-        tasks = [Task(j.variant.name, j.backend, lambda settings, j=j: run_job(j, chooser, settings), j) for j in plan.jobs]
+        tasks = [Task(j.variant.name, j.backend, lambda settings, j=j: run_job(j, chooser, settings)) for j in plan.jobs]
         tasks += [
             Task(f"({b})", b, lambda settings, b=b, w=w: run_device_check(request.manifest, b, chooser, w, settings))
             for b, w in plan.device_checks
