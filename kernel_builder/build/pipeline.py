@@ -26,8 +26,7 @@ from kernel_builder.kernel.fusion import load_fusions
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.runners import get_runner
-from kernel_builder.runners.base import BuildSettings, RunRequest, Task
-from kernel_builder.runners.local import writing_to
+from kernel_builder.runners.base import BuildSettings, RunRequest, Task, writing_to
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import CANCELLED, JobResult
 

@@ -12,15 +12,16 @@ option a runner has no decision for.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol
 
 from kernel_builder.compile.compiler_cache import CompilerCache, find_compiler_cache
 from kernel_builder.compile.parallelism import Slots
 from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
-from kernel_builder.errors import UsageError
+from kernel_builder.errors import BuildError, UsageError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import JobResult
@@ -109,3 +110,16 @@ class Runner(ABC):
     @abstractmethod
     def tasks(self, request: RunRequest) -> tuple[list[Task], list[JobResult]]:
         """The tasks of the build, and a skipped JobResult for each variant it cannot build."""
+
+
+@contextmanager
+def writing_to(out: Path) -> Iterator[None]:
+    """A full disk or a read-only output folder is for the user to fix: one line naming the
+    path. The previous variant stays: a failed staging is removed, and install only renames."""
+    try:
+        yield
+    except OSError as e:
+        raise BuildError(
+            f"cannot write {e.filename or out}: {e.strerror or e}; the previous variant is kept "
+            "(free space there, or choose a writable --out)"
+        ) from None

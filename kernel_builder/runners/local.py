@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
-from typing import Iterator
 
 from kernel_builder.assemble.stamp import install, stage_variant
 from kernel_builder.checks.import_process import ImportProcess
@@ -26,7 +25,7 @@ from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import BuildError, Interrupted, KbuildError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.sources import input_hash
-from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task
+from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task, writing_to
 from kernel_builder.runners.result import JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
@@ -154,19 +153,6 @@ def compile_job(job: BuildJob, settings: BuildSettings) -> tuple[Path, tuple[str
         sources = (paths.real(Path("/" + s)) for s in compiled_sources(job.log_file))
         root = job.manifest.root
         return library, tuple(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in sources)
-
-
-@contextmanager
-def writing_to(out: Path) -> Iterator[None]:
-    """A full disk or a read-only output folder is for the user to fix: one line naming the
-    path. The previous variant stays: a failed staging is removed, and install only renames."""
-    try:
-        yield
-    except OSError as e:
-        raise BuildError(
-            f"cannot write {e.filename or out}: {e.strerror or e}; the previous variant is kept "
-            "(free space there, or choose a writable --out)"
-        ) from None
 
 
 def run_device_check(

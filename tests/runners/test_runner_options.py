@@ -10,6 +10,7 @@ no build."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import sys
@@ -114,6 +115,15 @@ def test_each_runner_decides_every_build_option(runner):
         f"{runner}: no decision for {sorted(set(BUILD_OPTIONS) - decided)}; stale: {sorted(decided - set(BUILD_OPTIONS))}"
     )
     assert set(GIVE) == set(BUILD_OPTIONS), "give every new option a value in GIVE and a check in REACHES"
+
+
+def test_the_pipeline_names_no_runner():
+    """build/pipeline.py reaches runners through the registry and the interface only."""
+    source = (REPO / "kernel_builder" / "build" / "pipeline.py").read_text()
+    modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
+    runner_modules = {m for m in modules if m.startswith("kernel_builder.runners.")}
+    assert runner_modules <= {"kernel_builder.runners.base", "kernel_builder.runners.progress", "kernel_builder.runners.result"}
+    assert not any(f'"{name}"' in source or f"'{name}'" in source for name in RUNNER_CLASSES)
 
 
 def decision_table() -> str:
