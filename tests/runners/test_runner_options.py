@@ -11,6 +11,7 @@ no build."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import shutil
 import sys
@@ -24,13 +25,13 @@ from typer.testing import CliRunner
 
 from kernel_builder.build import pipeline
 from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.pipeline import job_settings, run_request
+from kernel_builder.build.pipeline import build_kernel, job_settings, run_request
 from kernel_builder.build.report import BuildReport
 from kernel_builder.cli.main import app
 from kernel_builder.errors import UsageError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.runners import RUNNER_CLASSES, get_runner
-from kernel_builder.runners.base import Honoured, Refused
+from kernel_builder.runners.base import Honoured, Refused, Task
 from kernel_builder.runners.docker import DockerRunner
 from kernel_builder.runners.result import JobResult
 from kernel_builder.variants import Style, Variant
@@ -231,6 +232,16 @@ def _planned_with(job: Job) -> dict:
         return job.request.plan_here()
 
 
+def _fail_fast_stops_the_scheduler(job: Job, kernel: Path) -> bool:
+    """--fail-fast: once a task failed, the build's scheduler starts no other (one at a time here)."""
+    tasks = [Task(name, "cpu", lambda settings, name=name, status=status: JobResult(name, "cpu", status))
+             for name, status in (("first", "failed"), ("second", "built"))]
+    options = dataclasses.replace(job.options, jobs=1)
+    with mock.patch.object(type(job.runner), "tasks", lambda self, request: (tasks, [])):
+        _, report = build_kernel(kernel, options, chooser=job.request.chooser, on_wait=lambda message: None)
+    return [r.status for r in report.results] == ["failed", "cancelled"]
+
+
 def _report_as_json(job: Job, kernel: Path) -> bool:
     """--json is the report's form, the same for every runner: the pipeline's report as JSON on stdout."""
     report = BuildReport("tiny", kernel / "build", (JobResult(CPU, "cpu", "built", 1.0),), 1.0, 1)
@@ -254,7 +265,7 @@ REACHES: dict[str, dict[str, Check]] = {
         "--jobs": lambda job, k: job.settings.slots.concurrent == 3,
         "--max-jobs": lambda job, k: job.argument("--max-jobs") == "5" and job.container.environment["MAX_JOBS"] == "5",
         "--nvcc-threads": lambda job, k: job.argument("--nvcc-threads") == "2",
-        "--fail-fast": lambda job, k: "--fail-fast" in job.command and job.options.fail_fast,
+        "--fail-fast": lambda job, k: "--fail-fast" in job.command and _fail_fast_stops_the_scheduler(job, k),
         "--runner": lambda job, k: job.command[1:4] == ["-m", "kernel_builder.cli", "build"],
         "--base-image": lambda job, k: job.image.build_args["BASE_IMAGE"] == "example.org/base:1"
         and job.container.image == job.image.tag,
@@ -276,7 +287,7 @@ REACHES: dict[str, dict[str, Check]] = {
         "--jobs": lambda job, k: job.settings.slots.concurrent == 3,
         "--max-jobs": lambda job, k: job.settings.slots.for_job().jobs == 5,
         "--nvcc-threads": lambda job, k: job.settings.slots.for_job(4).nvcc_threads == 2,
-        "--fail-fast": lambda job, k: job.options.fail_fast,  # the scheduler's (build_kernel passes it on)
+        "--fail-fast": _fail_fast_stops_the_scheduler,
         "--runner": lambda job, k: job.runner.name == "local",
         "--strict-abi": lambda job, k: job.settings.strict_abi,
         "--import-check": lambda job, k: job.settings.import_check is False,
