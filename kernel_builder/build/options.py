@@ -1,7 +1,7 @@
 """The options of one build, resolved once: `BuildOptions`.
 
 Each option has one name from flag to use (`--import-check` is `import_check` here, in
-kernel_builder.runners.local.BuildSettings and in kernel_builder.checks.variant_checks)
+kernel_builder.runners.base.BuildSettings and in kernel_builder.checks.variant_checks)
 and one default, the one below, which `kbuild build`'s flags show. The CLI makes one
 `BuildOptions` from its flags; kernel_builder.build.pipeline.build_kernel takes it.
 Values that are wrong on their own fail when it is made, with one line naming the flag.
@@ -17,14 +17,14 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
 from kernel_builder.compile.compiler_cache import CacheRequest
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import UsageError, VariantError
-from kernel_builder.runners import RUNNERS
+from kernel_builder.runners import get_runner
 from kernel_builder.settings import positive_count
 from kernel_builder.variants import Style
 
@@ -61,7 +61,7 @@ class BuildOptions:
     fail_fast: bool = False  # --fail-fast: start no job once one failed
     import_check: bool = True  # --import-check: import each new variant before installing it
     strict_abi: bool = False  # --strict-abi: symbol versions beyond manylinux_2_28 fail a variant
-    runner: str = "local"  # --runner: local or docker (kernel_builder.runners)
+    runner: str = "local"  # --runner: local or docker (kernel_builder.runners; each says which options it honours)
     base_image: str | None = None  # --base-image: the docker runner's base (default: $KBUILD_DOCKER_BASE_IMAGE, manylinux)
     # --cuda-arch: compile CUDA variants for these architectures only ("9.0" or "8.0,9.0"; a
     # development build, `kbuild dev`), in a work tree of their own; () compiles the kernel's list.
@@ -75,17 +75,23 @@ class BuildOptions:
             raise VariantError("--matrix and --variant both choose the variants; use one of them")
         if self.variant_names is not None:
             Style.parse(self.variant_names)
-        if self.runner not in RUNNERS:
-            raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}, got {self.runner!r}")
-        object.__setattr__(self, "compiler_cache", self._cache_choice())
-        if isinstance(self.compiler_cache, CacheRequest) and self.runner != "local":
-            raise UsageError("--compiler-cache-tool and --dist-scheduler choose the local runner's compiler cache "
-                             "(the docker runner's builds use ccache): drop them or use --runner local")
-        if self.base_image is not None and self.runner != "docker":
-            raise UsageError("--base-image is the base of the docker runner's images: add --runner docker")
         object.__setattr__(self, "cuda_arch", parse_cuda_arch(self.cuda_arch))
-        if self.cuda_arch and self.runner != "local":
-            raise UsageError("--cuda-arch restricts a local build to this machine's GPU: drop it or use --runner local")
+        # An option the runner cannot honour fails here, in one line naming both.
+        get_runner(self.runner).check(self.given_flags())
+        object.__setattr__(self, "compiler_cache", self._cache_choice())
+
+    def given_flags(self) -> dict[str, object]:
+        """The options set to other than their defaults, by the flag that sets them
+        (`--no-import-check` for import_check=False)."""
+        given = {}
+        for option in fields(self):
+            value = getattr(self, option.name)
+            default = option.default if option.default is not MISSING else None
+            if value == default or (value == () and default in ((), None)):
+                continue
+            flag = "variant" if option.name == "variants" else option.name.replace("_", "-")
+            given[f"--no-{flag}" if value is False else f"--{flag}"] = value
+        return given
 
     def _cache_choice(self) -> bool | CacheRequest | None:
         if self.compiler_cache_tool is None and self.dist_scheduler is None:

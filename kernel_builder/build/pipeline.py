@@ -1,5 +1,6 @@
-"""`kbuild build`: select the variants, plan one job per variant, run the jobs in parallel
-on a runner (kernel_builder.runners: local or docker) under one build lock, and report.
+"""`kbuild build`: select the variants, ask the runner --runner names for its tasks (one job
+per variant; kernel_builder.runners), run them in parallel under one build lock, and report.
+The pipeline never knows which runner it drives.
 A job whose inputs did not change is up to date and costs no compile."""
 
 from __future__ import annotations
@@ -7,40 +8,27 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from kernel_builder.assemble.stamp import remove_stale_staging
 from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.plan import kernel_work_root, naming_style, plan_build
+from kernel_builder.build.plan import Plan, kernel_work_root, naming_style, plan_build
 from kernel_builder.build.report import BuildReport
 from kernel_builder.build.scheduler import Scheduler, plan_slots
 from kernel_builder.build.selection import resolve, select
-from kernel_builder.compile.backends import get_backend
-from kernel_builder.compile.backends.common import host_platform
-from kernel_builder.compile.compiler_cache import find_compiler_cache
+from kernel_builder.compile.compiler_cache import CompilerCache
 from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
-from kernel_builder.errors import Interrupted, KbuildError
+from kernel_builder.errors import Interrupted
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.kernel.fusion import load_fusions
 from kernel_builder.kernel.manifest import Manifest, load_manifest
-from kernel_builder.kernel.sources import input_files
 from kernel_builder.paths import cache_dir, short_key
-from kernel_builder.runners.local import BuildSettings, run_job, writing_to
+from kernel_builder.runners import get_runner
+from kernel_builder.runners.base import BuildSettings, RunRequest, Task, writing_to
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import CANCELLED, JobResult
-from kernel_builder.variants import Style, Variant
-
-
-@dataclass(frozen=True)
-class _Task:
-    """One unit for the scheduler: a variant job or a backend's device check."""
-
-    label: str
-    backend: str
-    run: Callable[[], JobResult]
 
 
 def build_kernel(
@@ -63,55 +51,33 @@ def build_kernel(
     kbuild dev's builds, never published, fix their op namespace with it (plan_build)."""
     started = time.perf_counter()
     options = options or BuildOptions()
+    runner = get_runner(options.runner)
+    request = run_request(load_manifest(kernel_dir), options, chooser or options.env_chooser(), on_wait, ops_id)
     # A missing tool, or a scheduler that does not answer, fails here (asked once: it is a request).
-    found_cache = find_compiler_cache(options.compiler_cache)
+    found_cache = runner.compiler_cache(request)
     if found_cache and found_cache.dist_problem:
         on_wait(f"warning: {found_cache.dist_problem}: compiling here (--dist-fallback-local)")
-    manifest = load_manifest(kernel_dir)
-    load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
-    selected = resolve(manifest, options.matrix, options.shard)
-    chooser = chooser or options.env_chooser()
     progress = progress or Progress()
-    out = Path(options.out) if options.out else manifest.root / "build"
-    style = naming_style(options.variant_names, options.variants)
-    requested = options.variants if selected is None else tuple(v.with_style(style) for v in selected)
-    with build_lock(manifest, out, on_wait):
+    out = request.out
+    with build_lock(request.manifest, out, on_wait):
         with writing_to(out):
             remove_stale_staging(out)
-        if options.runner == "docker":
-            tasks, skips = _docker_tasks(
-                manifest, out, requested, options.compiler_cache, lambda: settings, on_wait, style, options.base_image
-            )
-        else:
-            plan = plan_build(
-                manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style,
-                cuda_arch=options.cuda_arch, ops_id=ops_id,
-            )
-            skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
-            tasks = [_Task(j.variant.name, j.backend, lambda j=j: run_job(j, chooser, settings)) for j in plan.jobs]
-            tasks += [
-                _Task(f"({b})", b, lambda b=b, w=w: run_device_check(manifest, b, chooser, w, settings))
-                for b, w in plan.device_checks
-            ]
-        slots = plan_slots(len(tasks), options.jobs, options.max_jobs, options.nvcc_threads)
-        settings = BuildSettings(
-            slots, found_cache, progress, import_check=options.import_check, strict_abi=options.strict_abi,
-            tools=ToolProcesses(),
-        )
+        tasks, skips = runner.tasks(request)
+        settings = job_settings(options, len(tasks), found_cache, progress)
         for task in tasks:
             progress.add(task.label)
 
-        def work(task: _Task) -> JobResult:
-            result = task.run()
+        def work(task: Task) -> JobResult:
+            result = task.run(settings)
             progress.finished(task.label, result.status, result.detail if not result.ok else "")
             return result
 
-        def cancelled(task: _Task) -> JobResult:
+        def cancelled(task: Task) -> JobResult:
             why = "interrupted" if scheduler.interrupted is not None else "another job failed (--fail-fast)"
             return JobResult(task.label, task.backend, CANCELLED, detail=f"not started: {why}")
 
         scheduler = Scheduler(
-            work, failed=lambda r: not r.ok, cancelled=cancelled, concurrent=slots.concurrent,
+            work, failed=lambda r: not r.ok, cancelled=cancelled, concurrent=settings.slots.concurrent,
             fail_fast=options.fail_fast, on_interrupt=lambda again: settings.tools.stop(force=again),
         )
         with progress:
@@ -122,59 +88,41 @@ def build_kernel(
             jobs = "job" if count == 1 else "jobs"
             raise Interrupted(f"interrupted: {count} {jobs} cancelled, previous variants kept", scheduler.interrupted)
         results = skips + results
-    report = BuildReport(manifest.name, out, tuple(results), time.perf_counter() - started, slots.concurrent)
-    return manifest, report
+    report = BuildReport(request.manifest.name, out, tuple(results), time.perf_counter() - started,
+                         settings.slots.concurrent)
+    return request.manifest, report
 
 
-def _docker_tasks(
-    manifest: Manifest,
-    out: Path,
-    requested: tuple[str | Variant, ...],
-    compiler_cache: bool | None,
-    settings: Callable[[], BuildSettings],
-    say: Callable[[str], None],
-    style: Style = Style.LEGACY,
-    base_image: str | None = None,
-) -> tuple[list[_Task], list[JobResult]]:
-    """One container job per requested variant (default: every variant of the matrix the
-    kernel admits on this machine's platform); variants without a build image are skipped."""
-    from kernel_builder.runners.docker_images import MANYLINUX_GLIBC, build_images, glibc_policy, image_for, image_glibc
-    from kernel_builder.runners.docker import build_in_container, default_compiler_cache_dir
-    from kernel_builder.runners.docker_engine import docker_client
+def run_request(
+    manifest: Manifest, options: BuildOptions, chooser: EnvChooser,
+    say: Callable[[str], None] = lambda message: None, ops_id: str | None = None,
+) -> RunRequest:
+    """What a build of `manifest` with `options` asks of its runner: the selected variants
+    (none: the runner's default here), the output folder, and how to plan for this machine."""
+    load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
+    selected = resolve(manifest, options.matrix, options.shard)
+    out = Path(options.out) if options.out else manifest.root / "build"
+    style = naming_style(options.variant_names, options.variants)
+    requested = options.variants if selected is None else tuple(v.with_style(style) for v in selected)
 
-    # plan_build does this for local jobs: a file outside the repo fails before any image or compile.
-    input_files(manifest)
-    variants = [v if isinstance(v, Variant) else Variant.parse(v) for v in requested]
-    if not requested:
-        here = "-".join(host_platform())
-        variants = [v.with_style(style) for v in select(manifest, "all") if v.platform in (here, None)]
-    skips, buildable = [], []
-    for variant in variants:
-        try:
-            image_for(variant, base_image=base_image)
-            buildable.append(variant)
-        except KbuildError as e:
-            skips.append(JobResult(variant.name, variant.backend, "skipped", detail=e.message))
-    if not buildable:
-        return [], skips
-    client = docker_client()
-    images, _ = build_images(buildable, client, base_image=base_image, say=say)  # present images are kept
-    for built in images:
-        glibc = image_glibc(client, built.image.tag)
-        if glibc > MANYLINUX_GLIBC:
-            say(f"{built.image.build_args['BASE_IMAGE']} has glibc {glibc[0]}.{glibc[1]}: its builds can meet "
-                f"{glibc_policy(glibc)}, not manylinux_2_28 (`kbuild check` says which each meets)")
-    cache_folder = default_compiler_cache_dir(compiler_cache)
-
-    def job(variant: Variant) -> JobResult:
-        current = settings()
-        return build_in_container(
-            variant, manifest.root, out, client, compiler_cache_dir=cache_folder, parallelism=current.slots.for_job(),
-            base_image=base_image,
-            on_step=lambda step, log: current.progress.step(variant.name, step, log),
+    def plan_here() -> Plan:
+        return plan_build(
+            manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style,
+            cuda_arch=options.cuda_arch, ops_id=ops_id,
         )
 
-    return [_Task(v.name, v.backend, lambda v=v: job(v)) for v in buildable], skips
+    return RunRequest(manifest, out, requested, style, options, chooser, plan_here, lambda: select(manifest, "all"), say)
+
+
+def job_settings(
+    options: BuildOptions, task_count: int, compiler_cache: CompilerCache | None, progress: Progress | None = None
+) -> BuildSettings:
+    """What every job of a build of `task_count` tasks shares."""
+    slots = plan_slots(task_count, options.jobs, options.max_jobs, options.nvcc_threads)
+    return BuildSettings(
+        slots, compiler_cache, progress or Progress(), import_check=options.import_check, strict_abi=options.strict_abi,
+        tools=ToolProcesses(),
+    )
 
 
 @contextmanager
@@ -201,18 +149,3 @@ def build_lock(manifest: Manifest, out: Path, on_wait: Callable[[str], None]) ->
         held.enter_context(exclusive_lock(kernel_lock, on_wait=waiting_for(f"of {manifest.root}"), inherit=True))
         held.enter_context(exclusive_lock(output_lock, on_wait=waiting_for(f"writing to {out}"), inherit=True))
         yield
-
-
-def run_device_check(
-    manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path, settings: BuildSettings
-) -> JobResult:
-    """Compile a backend's device code without claiming a variant (ROCm without ROCm torch)."""
-    start = time.perf_counter()
-    log = work_dir / "build.log"
-    settings.progress.step(f"({backend})", "compile", log)
-    try:
-        check = get_backend(backend).device_check(manifest, chooser.primary, work_dir)
-    except KbuildError as e:
-        return JobResult(f"({backend})", backend, "failed", time.perf_counter() - start, e.message, str(log))
-    status = "checked" if check.checked else "skipped"
-    return JobResult(f"({backend})", backend, status, time.perf_counter() - start, check.summary, str(log))

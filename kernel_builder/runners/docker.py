@@ -14,8 +14,10 @@ Inside, the same build entry runs as locally, `python -m kernel_builder.cli buil
 - it asks for no GPU and has no network: building needs neither, and a build reads
   nothing but its mounts;
 - on a manylinux_2_28 base, symbol versions beyond it fail the variant (--strict-abi); on
-  a newer glibc (another base) they are a warning, and the build says which policy its
-  results can meet (docker_images.glibc_policy).
+  a newer glibc (another base) they are a warning unless the user gave --strict-abi, and the
+  build says which policy its results can meet (docker_images.glibc_policy);
+- the build options the container's kbuild takes as they are (forwarded_flags) are passed
+  on; DockerRunner.options says how each option of `kbuild build` is honoured or why not.
 
 Every host folder appears at the same path inside, so the paths in the build's JSON
 report, its messages and its logs hold on the host too. Paths the image itself uses
@@ -35,12 +37,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import kernel_builder
-from kernel_builder.paths import cache_dir
-from kernel_builder.runners.docker_images import HOME, MANYLINUX_GLIBC, VENV, ImageSpec, image_for, image_glibc
+from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.compile.parallelism import Parallelism
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import first_line
+from kernel_builder.kernel.sources import input_files
+from kernel_builder.paths import cache_dir
+from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task
 from kernel_builder.runners.docker_engine import docker_client
-from kernel_builder.compile.parallelism import Parallelism
+from kernel_builder.runners.docker_images import (
+    HOME,
+    MANYLINUX_GLIBC,
+    VENV,
+    ImageSpec,
+    build_images,
+    glibc_policy,
+    image_for,
+    image_glibc,
+)
 from kernel_builder.runners.result import JobResult
 from kernel_builder.settings import CACHE_DIR, CCACHE_DIR, COMPILER_CACHE, MAX_JOBS, NVCC_THREADS, read_environment
 from kernel_builder.variants import Variant
@@ -338,29 +352,19 @@ def parse_report(stdout: str) -> list | dict | None:
 # -- one job ----------------------------------------------------------------------------
 def build_in_container(
     variant: Variant,
-    kernel_root: Path,
-    out_dir: Path,
+    image: ImageSpec,
     client,
-    *,
-    compiler_cache_dir: Path | None,
-    parallelism: Parallelism,
-    base_image: str | None = None,
+    spec_for: Callable[[bool], ContainerSpec],
     on_step: Callable[[str, Path | None], None] = lambda step, log: None,
 ) -> JobResult:
-    """Build one variant in a container and report it as a local job would: the
+    """Build one variant in a container of `image` and report it as a local job would: the
     container's own `kbuild build --json` row, its log being the container's output.
-    Variants built on a manylinux_2_28 base must be portable: symbol versions beyond it
-    fail them (--strict-abi)."""
+    `spec_for(portable)` gives the container; portable is whether the image's base is
+    manylinux_2_28, whose builds must not need a newer glibc (--strict-abi)."""
     start = time.perf_counter()
     log_file: Path | None = None
     try:
-        image = image_for(variant, base_image=base_image)
-        portable = image_glibc(client, image.tag) <= MANYLINUX_GLIBC
-        spec = container_spec(
-            variant.name, kernel_root, out_dir, compiler_cache_dir, KBUILD_PACKAGE_DIR, image,
-            uid=os.getuid(), gid=os.getgid(), max_jobs=parallelism.jobs, nvcc_threads=parallelism.nvcc_threads,
-            extra_args=("--strict-abi",) if portable else (),
-        )
+        spec = spec_for(image_glibc(client, image.tag) <= MANYLINUX_GLIBC)
         log_file = job_cache_dir(image, variant.name) / "container.log"
         on_step("container", log_file)
         outcome = run_container(spec, log_file, client=client)
@@ -374,3 +378,116 @@ def build_in_container(
         detail = f"the build container exited with {outcome.exit_code} without a report for {variant.name}; see {log_file}"
         return JobResult(variant.name, variant.backend, "failed", outcome.seconds, detail, str(log_file))
     return replace(JobResult.from_json(row), seconds=outcome.seconds, log=str(log_file))
+
+
+# -- the runner ---------------------------------------------------------------------------
+_LOCAL_ONLY = "; drop it or use --runner local"
+_IN_COMMAND = "the container's kbuild build command"
+
+
+def forwarded_flags(options, parallelism: Parallelism, portable: bool) -> tuple[str, ...]:
+    """The options of `kbuild build` (kernel_builder.build.options.BuildOptions) that the
+    container's own `kbuild build` takes as they are, with this job's share of the machine."""
+    flags: list[str] = []
+    if parallelism.jobs is not None:
+        flags += ["--max-jobs", str(parallelism.jobs)]
+    if parallelism.nvcc_threads is not None:
+        flags += ["--nvcc-threads", str(parallelism.nvcc_threads)]
+    if options.strict_abi or portable:
+        flags.append("--strict-abi")
+    if not options.import_check:
+        flags.append("--no-import-check")
+    if options.fail_fast:
+        flags.append("--fail-fast")  # the container builds one variant: the host's scheduler stops the others
+    return tuple(flags)
+
+
+class DockerRunner(Runner):
+    """One container per variant, from the variant's build image (built when missing)."""
+
+    name = "docker"
+    options = {
+        "KERNEL_DIR": Honoured("mounted read-only at its own path; " + _IN_COMMAND),
+        "--variant": Honoured("one container per variant: its --variant"),
+        "--matrix": Honoured("one container per selected variant"),
+        "--shard": Honoured("one container per selected variant"),
+        "--variant-names": Honoured("one container per variant, named in that style"),
+        "--out": Honoured("mounted read-write; the container's --out"),
+        "--env": Refused("the containers build in their image's own environment" + _LOCAL_ONLY),
+        "--create-env": Honoured("a variant whose build image is missing is built, or with --no-create-env skipped"),
+        "--torch-index": Honoured("the image build's torch index (TORCH_INDEX_URL masked, the URL as a BuildKit secret)"),
+        "--jobs": Honoured("the scheduler: containers at once"),
+        "--max-jobs": Honoured("the container's --max-jobs (its share) and MAX_JOBS"),
+        "--nvcc-threads": Honoured("the container's --nvcc-threads and NVCC_THREADS"),
+        "--fail-fast": Honoured("the scheduler, and the container's --fail-fast"),
+        "--runner": Honoured("the registry"),
+        "--base-image": Honoured("the images' BASE_IMAGE"),
+        "--strict-abi": Honoured("the container's --strict-abi (always given on a manylinux_2_28 base)"),
+        "--import-check": Honoured("the container's --no-import-check"),
+        "--compiler-cache": Honoured("the host's ccache folder mounted; the container's --compiler-cache or --no-compiler-cache"),
+        "--compiler-cache-tool": Refused("the build images compile through their own ccache" + _LOCAL_ONLY),
+        "--dist-scheduler": Refused("the containers have no network to reach a scheduler" + _LOCAL_ONLY),
+        "--dist-token": Refused("the containers have no network to reach a scheduler" + _LOCAL_ONLY),
+        "--dist-fallback-local": Refused("the containers have no network to reach a scheduler" + _LOCAL_ONLY),
+        "--cuda-arch": Refused("it restricts a local build to this machine's GPU" + _LOCAL_ONLY),
+        "--json": Honoured("kbuild's report, of each container's own --json row"),
+    }
+
+    def compiler_cache(self, request: RunRequest) -> None:
+        return None  # the images bring their own ccache; the host needs none
+
+    def images(self, request: RunRequest) -> tuple[list[tuple[Variant, ImageSpec]], list[JobResult]]:
+        """Each requested variant (default: every variant of the matrix the kernel admits on
+        this machine's platform) with its build image; a skip for each that has none."""
+        options = request.options
+        variants = [v if isinstance(v, Variant) else Variant.parse(v) for v in request.requested]
+        if not request.requested:
+            here = "-".join(host_platform())
+            variants = [v.with_style(request.style) for v in request.admitted() if v.platform in (here, None)]
+        found, skips = [], []
+        for variant in variants:
+            try:
+                found.append((variant, image_for(variant, base_image=options.base_image, torch_index=options.torch_index)))
+            except KbuildError as e:
+                skips.append(JobResult(variant.name, variant.backend, "skipped", detail=e.message))
+        return found, skips
+
+    def container(
+        self, request: RunRequest, variant: Variant, image: ImageSpec, settings: BuildSettings, portable: bool
+    ) -> ContainerSpec:
+        """The container that runs `variant`'s job."""
+        options = request.options
+        parallelism = settings.slots.for_job()
+        return container_spec(
+            variant.name, request.manifest.root, request.out, default_compiler_cache_dir(options.compiler_cache),
+            KBUILD_PACKAGE_DIR, image, uid=os.getuid(), gid=os.getgid(), max_jobs=parallelism.jobs,
+            nvcc_threads=parallelism.nvcc_threads, extra_args=forwarded_flags(options, parallelism, portable),
+        )
+
+    def tasks(self, request: RunRequest) -> tuple[list[Task], list[JobResult]]:
+        input_files(request.manifest)  # as the local plan does: a file outside the repo fails before any image
+        found, skips = self.images(request)
+        if not found:
+            return [], skips
+        client = docker_client()
+        options = request.options
+        # Present images are kept; a build image is the docker runner's build environment.
+        built, unbuilt = build_images([v for v, _ in found], client, base_image=options.base_image,
+                                      torch_index=options.torch_index, build_missing=options.create_env, say=request.say)
+        skipped = dict(unbuilt)
+        skips += [JobResult(v.name, v.backend, "skipped", detail=skipped[v.name]) for v, _ in found if v.name in skipped]
+        found = [(v, i) for v, i in found if v.name not in skipped]
+        for item in built:
+            glibc = image_glibc(client, item.image.tag)
+            if glibc > MANYLINUX_GLIBC:
+                request.say(f"{item.image.build_args['BASE_IMAGE']} has glibc {glibc[0]}.{glibc[1]}: its builds can "
+                            f"meet {glibc_policy(glibc)}, not manylinux_2_28 (`kbuild check` says which each meets)")
+
+        def run(variant: Variant, image: ImageSpec, settings: BuildSettings) -> JobResult:
+            return build_in_container(
+                variant, image, client, lambda portable: self.container(request, variant, image, settings, portable),
+                on_step=lambda step, log: settings.progress.step(variant.name, step, log),
+            )
+
+        tasks = [Task(v.name, v.backend, lambda settings, v=v, i=i: run(v, i, settings)) for v, i in found]
+        return tasks, skips

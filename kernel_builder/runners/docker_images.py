@@ -123,16 +123,19 @@ def chosen_base_image(base_image: str | None) -> str | None:
     return base_image or read_environment().docker_base_image
 
 
-def image_for(variant: Variant, matrix: Matrix | None = None, base_image: str | None = None) -> ImageSpec:
-    """The image that builds `variant` (from `base_image`, else chosen_base_image's); a
-    KbuildError saying why for one no container can build."""
+def image_for(
+    variant: Variant, matrix: Matrix | None = None, base_image: str | None = None, torch_index: str | None = None
+) -> ImageSpec:
+    """The image that builds `variant` (from `base_image`, else chosen_base_image's; its torch
+    from `torch_index`, else as pip_request chooses); a KbuildError saying why for one no
+    container can build."""
     base_image = chosen_base_image(base_image)
     if variant.kind is Kind.NOARCH:
         arch = host_platform()[0]
         torch = _newest_torch(matrix, lambda v: v.backend == "cpu" and v.arch == arch and v.os == "linux")
         if torch is None:
             raise KbuildError(f"{variant.name}: the default matrix has no CPU variant for {arch}-linux to build it in")
-        return _image("cpu", torch, None, arch, base_image)
+        return _image("cpu", torch, None, arch, base_image, torch_index)
     if variant.os != "linux" or variant.backend == "metal":
         needs = "macOS and Xcode" if variant.backend == "metal" else "macOS"
         raise KbuildError(
@@ -161,7 +164,7 @@ def image_for(variant: Variant, matrix: Matrix | None = None, base_image: str | 
                 f"{variant.name}: the default matrix has no torch >= {variant.torch_version} "
                 f"with {variant.compute} on {variant.platform} to build it with"
             )
-    return _image(variant.backend, torch, variant.backend_version, variant.arch, base_image)
+    return _image(variant.backend, torch, variant.backend_version, variant.arch, base_image, torch_index)
 
 
 def _newest_torch(matrix: Matrix | None, keep: Callable[[Variant], bool]) -> tuple[int, int] | None:
@@ -170,9 +173,12 @@ def _newest_torch(matrix: Matrix | None, keep: Callable[[Variant], bool]) -> tup
     return max(found) if found else None
 
 
-def _image(family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None, arch: str, base_image: str | None) -> ImageSpec:
+def _image(
+    family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None, arch: str, base_image: str | None,
+    torch_index: str | None,
+) -> ImageSpec:
     compute = "cpu" if family == "cpu" else Variant(Kind.ARCH, family, torch, toolkit).compute
-    requirement, index = pip_request(EnvSpec(torch, compute))
+    requirement, index = pip_request(EnvSpec(torch, compute), torch_index)
     args = {
         "BASE_IMAGE": base_image or default_base_image(arch),
         "TORCH_VERSION": requirement.removeprefix("torch=="),
@@ -227,7 +233,8 @@ class ImageBuild:
 
 
 def plan_images(
-    variants: Iterable[Variant], matrix: Matrix | None = None, base_image: str | None = None
+    variants: Iterable[Variant], matrix: Matrix | None = None, base_image: str | None = None,
+    torch_index: str | None = None,
 ) -> tuple[list[ImageBuild], list[tuple[str, str]]]:
     """The unique images the variants need (status "planned"), and (variant, reason) for
     each that no image can build."""
@@ -235,7 +242,7 @@ def plan_images(
     skipped: list[tuple[str, str]] = []
     for variant in variants:
         try:
-            image = image_for(variant, matrix, base_image)
+            image = image_for(variant, matrix, base_image, torch_index)
         except KbuildError as e:
             skipped.append((variant.name, e.message))
             continue
@@ -251,13 +258,17 @@ def build_images(
     dry_run: bool = False,
     rebuild: bool = False,
     base_image: str | None = None,
+    torch_index: str | None = None,
+    build_missing: bool = True,
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[list[ImageBuild], list[tuple[str, str]]]:
-    """Build the images the variants need (plan_images) with BuildKit, streaming the build's
-    output line by line to `say`. An image whose tag exists is kept unless `rebuild` (which
-    also pulls the base image and bypasses the layer cache). `client` is a docker SDK
-    client; None connects to the engine (a KbuildError when none is reachable)."""
-    planned, skipped = plan_images(variants, base_image=base_image)
+    """Build the images the variants need (plan_images; their torch from `torch_index` when
+    given) with BuildKit, streaming the build's output line by line to `say`. An image whose
+    tag exists is kept unless `rebuild` (which also pulls the base image and bypasses the
+    layer cache). Without `build_missing`, the variants of an image that would be built are
+    skipped instead (--no-create-env). `client` is a docker SDK client; None connects to the
+    engine (a KbuildError when none is reachable)."""
+    planned, skipped = plan_images(variants, base_image=base_image, torch_index=torch_index)
     if dry_run or not planned:
         return planned, skipped
     if client is None:
@@ -275,6 +286,11 @@ def build_images(
             done.append(ImageBuild(item.image, item.variants, "present"))
             continue
         why = "its base changed, rebuilding" if existing is not None else "building"
+        if not build_missing:
+            state = "is out of date (its base changed)" if existing is not None else "is not built"
+            skipped += [(name, f"its build image {item.image.tag} {state}, and --no-create-env builds none: "
+                               "run `kbuild docker build-images` first") for name in item.variants]
+            continue
         say(f"{item.image.tag}: {why} from {item.image.dockerfile.name} ({item.image.describe()})")
         _build(item.image, rebuild, base_id, say)
         done.append(ImageBuild(item.image, item.variants, "built"))

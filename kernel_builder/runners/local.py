@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
-from typing import Iterator
 
 from kernel_builder.assemble.stamp import install, stage_variant
 from kernel_builder.checks.import_process import ImportProcess
@@ -20,31 +18,17 @@ from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
 from kernel_builder.checks.variant_checks import check_variant
 from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.cmake import build_project, compiled_sources, render_project
-from kernel_builder.compile.compiler_cache import CompilerCache, launcher_settings
+from kernel_builder.compile.compiler_cache import launcher_settings
 from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
-from kernel_builder.compile.parallelism import Slots
-from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import BuildError, Interrupted, KbuildError
+from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.sources import input_hash
-from kernel_builder.runners.progress import Progress
+from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task, writing_to
 from kernel_builder.runners.result import JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """What every job of one build shares, resolved once (the options keep their names from
-    kernel_builder.build.options.BuildOptions, which gives their defaults)."""
-
-    slots: Slots
-    compiler_cache: CompilerCache | None
-    progress: Progress
-    import_check: bool  # import each new variant in its environment before installing it
-    strict_abi: bool  # symbol versions beyond manylinux_2_28 fail the job (else warn)
-    tools: ToolProcesses = field(default_factory=ToolProcesses)  # stopped on an interrupt
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -171,14 +155,64 @@ def compile_job(job: BuildJob, settings: BuildSettings) -> tuple[Path, tuple[str
         return library, tuple(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in sources)
 
 
-@contextmanager
-def writing_to(out: Path) -> Iterator[None]:
-    """A full disk or a read-only output folder is for the user to fix: one line naming the
-    path. The previous variant stays: a failed staging is removed, and install only renames."""
+def run_device_check(
+    manifest: Manifest, backend: str, chooser: EnvChooser, work_dir: Path, settings: BuildSettings
+) -> JobResult:
+    """Compile a backend's device code without claiming a variant (ROCm without ROCm torch)."""
+    start = time.perf_counter()
+    log = work_dir / "build.log"
+    settings.progress.step(f"({backend})", "compile", log)
     try:
-        yield
-    except OSError as e:
-        raise BuildError(
-            f"cannot write {e.filename or out}: {e.strerror or e}; the previous variant is kept "
-            "(free space there, or choose a writable --out)"
-        ) from None
+        check = get_backend(backend).device_check(manifest, chooser.primary, work_dir)
+    except KbuildError as e:
+        return JobResult(f"({backend})", backend, "failed", time.perf_counter() - start, e.message, str(log))
+    status = "checked" if check.checked else "skipped"
+    return JobResult(f"({backend})", backend, status, time.perf_counter() - start, check.summary, str(log))
+
+
+_SLOTS = "each job's compiles at once (BuildSettings.slots)"
+_CHECKS = "the variant's checks (BuildSettings)"
+_CACHE = "the jobs' compiler cache (BuildSettings)"
+
+
+class LocalRunner(Runner):
+    """Jobs in this process, in this machine's build environments (the plan's)."""
+
+    name = "local"
+    options = {
+        "KERNEL_DIR": Honoured("the plan's manifest"),
+        "--variant": Honoured("the plan's jobs"),
+        "--matrix": Honoured("the plan's jobs"),
+        "--shard": Honoured("the plan's jobs"),
+        "--variant-names": Honoured("the plan's jobs"),
+        "--out": Honoured("each job's output folder"),
+        "--env": Honoured("the environment chooser"),
+        "--create-env": Honoured("the environment chooser"),
+        "--torch-index": Honoured("the environment chooser (managed environments' torch)"),
+        "--jobs": Honoured("the scheduler"),
+        "--max-jobs": Honoured(_SLOTS),
+        "--nvcc-threads": Honoured(_SLOTS),
+        "--fail-fast": Honoured("the scheduler"),
+        "--runner": Honoured("the registry"),
+        "--base-image": Refused("it is the base of the docker runner's images: add --runner docker or drop it"),
+        "--strict-abi": Honoured(_CHECKS),
+        "--import-check": Honoured(_CHECKS),
+        "--compiler-cache": Honoured(_CACHE),
+        "--compiler-cache-tool": Honoured(_CACHE),
+        "--dist-scheduler": Honoured(_CACHE),
+        "--dist-token": Honoured(_CACHE),
+        "--dist-fallback-local": Honoured(_CACHE),
+        "--cuda-arch": Honoured("the plan's jobs (their architectures and work tree)"),
+        "--json": Honoured("kbuild's report"),
+    }
+
+    def tasks(self, request: RunRequest) -> tuple[list[Task], list[JobResult]]:
+        plan = request.plan_here()
+        skips = [JobResult(s.variant or f"({s.backend})", s.backend, "skipped", detail=s.reason) for s in plan.skips]
+        chooser = request.chooser
+        tasks = [Task(j.variant.name, j.backend, lambda settings, j=j: run_job(j, chooser, settings)) for j in plan.jobs]
+        tasks += [
+            Task(f"({b})", b, lambda settings, b=b, w=w: run_device_check(request.manifest, b, chooser, w, settings))
+            for b, w in plan.device_checks
+        ]
+        return tasks, skips

@@ -24,7 +24,7 @@ from kernel_builder.environments.store import EnvSpec, envs_root, pip_request
 from kernel_builder.errors import KbuildError
 from kernel_builder.paths import cache_dir
 from kernel_builder.runners.docker import default_compiler_cache_dir
-from kernel_builder.runners.local import BuildSettings
+from kernel_builder.runners.base import BuildSettings
 from kernel_builder.settings import KbuildEnvironment, read_environment
 
 PACKAGE = Path(kernel_builder.__file__).parent

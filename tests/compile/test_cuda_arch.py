@@ -62,7 +62,7 @@ def test_the_build_option_is_parsed_once_and_refused_by_the_docker_runner():
     assert BuildOptions(cuda_arch="8.0, 9.0a").cuda_arch == ("8.0", "9.0a")
     assert BuildOptions().cuda_arch == ()
     for given, words in (({"cuda_arch": "sm_90"}, "--cuda-arch takes compute capabilities"),
-                         ({"cuda_arch": "9.0", "runner": "docker"}, "--cuda-arch restricts a local build")):
+                         ({"cuda_arch": "9.0", "runner": "docker"}, "--runner docker cannot honour --cuda-arch")):
         with pytest.raises(KbuildError) as error:
             BuildOptions(**given)
         assert error.value.exit_code == 2 and "\n" not in error.value.message and words in error.value.message

@@ -11,7 +11,8 @@ from kernel_builder.compile.job import BuildJob
 from kernel_builder.compile.parallelism import Slots
 from kernel_builder.errors import EnvironmentCreateError
 from kernel_builder.kernel.manifest import load_manifest
-from kernel_builder.runners.local import BuildSettings, run_job
+from kernel_builder.runners.base import BuildSettings
+from kernel_builder.runners.local import run_job
 from kernel_builder.runners.progress import Progress
 from kernel_builder.variants import arch_variant
 
