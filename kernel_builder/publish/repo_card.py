@@ -81,3 +81,12 @@ def card_release(card: str) -> tuple[str, tuple[int, int, int]] | None:
     if match is None:
         return None
     return match[1], (int(match[2]), int(match[3]), int(match[4]))
+
+
+def later_release(card: str | None, tag: str) -> str | None:
+    """The release named by `card` (the card on main) when it is later than `tag`, else None:
+    a card is never written over a later release's, so publishing a patch of an older line
+    (v1.0.5 after v1.1.0) leaves the newer card in place."""
+    release = card_release(card) if card is not None else None
+    ours = tuple(int(n) for n in tag.lstrip("v").split("."))
+    return release[0] if release is not None and release[1] > ours else None

@@ -127,6 +127,14 @@ def test_a_card_of_a_later_release_is_not_replaced_by_an_older_rerun(fused, hub,
     assert "tag v1.0.0 already exists" in line and "nothing left to do" in line and "v1.1.0" in line, line
     assert "Latest release: `v1.1.0`" in card(hub, tmp_path)
 
+    # A new patch of the older line is published and tagged, and says the newer card stays.
+    patch = publish(fused, "--tag", "v1.0.5", "--repo-id", REPO_ID, env=env)
+    assert patch.returncode == 0 and "Traceback" not in patch.stderr, patch.stderr
+    kept = [line for line in patch.stderr.splitlines() if "card on main stays at v1.1.0" in line]
+    assert len(kept) == 1 and "v1.0.5" in kept[0], patch.stderr
+    assert "v1.0.5" in refs(hub, REPO_ID)[1]
+    assert "Latest release: `v1.1.0`" in card(hub, tmp_path)
+
 
 @pytest.mark.parametrize("repo_id", ["org/ev il", "../x", "org/../x", "org/a--b", "/x", "org/x.git", "org/-x",
                                      "caf\u00e9/x"])
