@@ -63,7 +63,9 @@ from kernels import get_kernel
 {general.name.replace("-", "_")} = get_kernel("{repo_id}", version={major})
 ```
 
-Pin an exact release with `revision="{tag}"`.
+Pin an exact release with `revision="{tag}"`. `kernels` loads only from publishers the Hub
+marks trusted (such as `kernels-community`); from any other org, add `trust_remote_code=True`
+(or `trust_remote_code=["{repo_id}"]`).
 
 With transformers, let a model pick up the kernel's layers:
 

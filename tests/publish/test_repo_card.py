@@ -25,3 +25,8 @@ def test_only_a_later_release_keeps_its_card():
     assert later_release(newer, "v1.2.0") is None
     assert later_release(card_for("v1.0.9"), "v1.0.10") is None, "numbers compare as numbers, not text"
     assert later_release(None, "v1.0.0") is None and later_release("hand-written card", "v1.0.0") is None
+
+
+def test_the_card_says_how_to_load_from_an_untrusted_org():
+    card = card_for("v1.0.0")
+    assert 'get_kernel("me/fused", version=1)' in card and 'trust_remote_code=["me/fused"]' in card
