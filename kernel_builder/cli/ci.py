@@ -11,10 +11,10 @@ from typing import List, Optional
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import sub_app
+from kernel_builder.cli.output import new_app
 from kernel_builder.errors import UsageError
 
-ci_app = sub_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
+ci_app = new_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
 
 
 def _positive_shards(shards: Optional[int]) -> None:
