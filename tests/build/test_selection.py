@@ -359,5 +359,5 @@ def test_build_matrix_builds_the_selection_and_reports_what_it_skips(tmp_path):
     assert {r["variant"] for r in rows} == {f"torch21{m}-metal-aarch64-darwin" for m in (2, 3, 4)}
     assert all(r["status"] == "skipped" and "needs platform aarch64-darwin" in r["detail"] for r in rows)
     assert result.returncode == 1 and "every selected variant was skipped" in result.stderr
-    text = kbuild("build", str(TINY), "--matrix", "torch214-metal-*", "--out", str(tmp_path / "out")).stderr
+    text = kbuild("build", str(TINY), "--matrix", "torch214-metal-*", "--out", str(tmp_path / "out")).stdout
     assert "skipped torch214-metal-aarch64-darwin: needs platform aarch64-darwin" in text
