@@ -85,3 +85,4 @@ def test_the_quick_start_install_builds_publishes_and_loads(tmp_path, hub):
             "print('loaded', k.__name__, kernels.__version__)\n")
     loaded = run(venv / "bin" / "python", "-c", load, env={**clean, **hub_env(hub, tmp_path, token=None)})
     assert loaded.returncode == 0 and loaded.stdout.startswith("loaded"), loaded.stderr[-3000:]
+    assert "NumPy" not in loaded.stderr, "torch warns without numpy: the torch extra brings it"
