@@ -62,7 +62,7 @@ def github(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing workflow."),
 ) -> None:
-    """Write .github/workflows/kbuild.yml: plan, build every variant in the build images, test, publish tags v*.*.*."""
+    """Write .github/workflows/kbuild.yml: plan; build each variant on the GitHub runner (`kbuild build --runner local`, one sccache cache shared through --shared-cache, default gha), or with --shared-cache none in kbuild's build images (`--runner docker`); test; publish tags v*.*.*."""
     from rich.markup import escape
 
     from kernel_builder.scaffold.ci_github import (

@@ -392,6 +392,35 @@ def test_each_shared_cache_wires_sccache_into_the_build_jobs_and_passes_actionli
         assert "ACTIONS_RESULTS_URL" in exported["with"]["script"] and "ACTIONS_RUNTIME_TOKEN" in exported["with"]["script"]
 
 
+def test_help_and_readmes_say_where_the_written_workflow_builds(tmp_path):
+    """`kbuild ci github --help`, the README and the kernel's README name the `--runner` that the
+    workflow written (by default, and with --shared-cache none) really runs."""
+    root = tmp_path / "k"
+    scaffold(root, "kk", KERNELS["cpu"])  # writes the default workflow, as `kbuild init` does
+
+    def runner() -> str:
+        build = next(s for s in load(root / WORKFLOW_PATH)["jobs"]["build"]["steps"] if s.get("name") == "Build")
+        return re.search(r"--runner (\w+)", build["run"])[1]
+
+    default = runner()
+    assert ci("github", str(root), "--shared-cache", "none", "--force").exit_code == 0
+    images = runner()
+    assert (default, images) == ("local", "docker")
+
+    def words(text: str) -> str:
+        return " ".join(text.split())
+
+    help_text = words(ci("github", "--help").output)
+    assert f"on the GitHub runner (`kbuild build --runner {default}`" in help_text, help_text
+    assert f"--shared-cache none in kbuild's build images (`--runner {images}`)" in help_text, help_text
+    readme = words((REPO / "README.md").read_text().split("### `kbuild ci github", 1)[1].split("\n### ", 1)[0])
+    assert f"runs `kbuild build . --variant V --runner {default}` on the GitHub runner" in readme
+    assert f"with `--shared-cache none` it runs `kbuild build . --variant V --runner {images}` in kbuild's build images" in readme
+    kernel_readme = words((root / "README.md").read_text())
+    assert f"on GitHub's runners, one job each (`kbuild build --runner {default}`" in kernel_readme
+    assert f"`--shared-cache none --force` to build in kbuild's build images (`--runner {images}`)" in kernel_readme
+
+
 def test_an_unknown_shared_cache_is_a_one_line_error(tmp_path):
     root = tmp_path / "k"
     scaffold(root, "kk", KERNELS["all"])
