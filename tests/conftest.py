@@ -30,6 +30,14 @@ os.environ["KBUILD_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbuild-test-cache-")
 os.environ.setdefault("KBUILD_ENVS_DIR", os.path.join(os.environ["KBUILD_CACHE_DIR"], "venvs"))
 
 
+def optional_module(module: str):
+    """`module`, which kbuild's test extra installs, or a skip that says so: at a test module's
+    top the whole module skips, so `pip install -e .` alone collects without errors. Ask for
+    `docker.errors`, not `docker`: the checkout's docker/ folder imports as a namespace package."""
+    package = module.split(".")[0]
+    return pytest.importorskip(module, reason=f"needs the {package} package, from the test extra: pip install -e '.[test]'")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The session's kbuild cache (work trees, and managed environments unless
     KBUILD_ENVS_DIR points elsewhere: several GB) goes with the session."""

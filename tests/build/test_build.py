@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, optional_module
 from kernel_builder.build.options import BuildOptions
 from kernel_builder.build.pipeline import build_kernel
 from kernel_builder.errors import VariantError
+
+torch = optional_module("torch")
 
 pytestmark = pytest.mark.e2e
 

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import copy_example, kbuild, run_example_tests
+from conftest import copy_example, kbuild, run_example_tests, optional_module
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.compile.backends.rocm_toolchain import hipcc_path
+
+torch = optional_module("torch")
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, optional_module
 from tiny_llama import FUSE_RMSNORM_MLP, run
 from kernel_builder.errors import ManifestError
 from kernel_builder.kernel.fusion import Fusion, FusedChild, layout_source, load_fusions
@@ -83,6 +83,7 @@ def test_malformed_sidecar_fails_the_build_before_anything_runs(fused):
 
 
 def test_generated_layout_takes_the_children_by_reference():
+    optional_module("torch")
     import torch
     from torch import nn
 

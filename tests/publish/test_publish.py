@@ -16,31 +16,24 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import EXAMPLES, REPO, kbuild
+from conftest import EXAMPLES, REPO, kbuild, optional_module
+from git_repo import git, new_repo
 from hub_fixture import hub_env
 from kernel_builder.runtime.digest import hash_variant
+
+torch = optional_module("torch")
 
 pytestmark = pytest.mark.e2e
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 
 
-def git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
-                            GIT_COMMITTER_EMAIL="t@e"))
-
-
 def committed_copy(source: Path, dest: Path) -> Path:
     """The kernel as its own git repository with everything committed (build/ ignored)."""
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("build", "__pycache__"))
     (dest / ".gitignore").write_text("build/\n__pycache__/\n")
-    git(dest, "init", "-q")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "kernel")
-    return dest
+    return new_repo(dest)
 
 
 @pytest.fixture(scope="module")

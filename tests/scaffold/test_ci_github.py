@@ -22,6 +22,7 @@ from typer._click.exceptions import BadParameter, UsageError
 from typer.core import TyperGroup
 
 from conftest import REPO
+from git_repo import new_repo
 from hub_fixture import hub_env
 from kernel_builder.scaffold.ci_github import WORKFLOW_PATH, check_complete, job_matrices
 from kernel_builder.cli.main import app
@@ -34,10 +35,6 @@ KERNELS = {"cpu": ["cpu"], "cuda-rocm": ["cuda", "rocm"], "all": ["cpu", "cuda",
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 KBUILD_COMMAND = re.compile(r"(?:^|\$\(|&&|\|\||;)\s*(kbuild\s[^)\n;&|>]*)", re.M)
 
-def git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
-                            GIT_COMMITTER_EMAIL="t@e"))
 
 
 @pytest.fixture(scope="module")
@@ -338,9 +335,7 @@ def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp
     (root / ".gitignore").write_text("build/\n__pycache__/\n")
     result = subprocess.run([str(kbuild_bin / "kbuild"), "ci", "github", str(root)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "kernel and its CI")
+    new_repo(root, "kernel and its CI")
 
     workflow = load(root / WORKFLOW_PATH)
     env = hub_env(hub, tmp_path)

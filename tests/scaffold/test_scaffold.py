@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import optional_module
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.scaffold.new_kernel import BACKENDS, scaffold, templates_dir
@@ -178,6 +179,7 @@ def test_the_generated_readme_runs_with_the_quick_start_install(tmp_path):
 
 def test_layer_passes_the_kernels_layer_rules(tmp_path):
     """kernels refuses layers with a constructor or extra members."""
+    optional_module("torch")
     import torch
 
     root, _ = render(tmp_path, ["cpu"])
