@@ -51,6 +51,14 @@ os.environ.setdefault("KBUILD_ENVS_DIR", os.path.join(_suite_store(), "venvs"))
 os.environ.setdefault("CCACHE_DIR", os.path.join(_suite_store(), "ccache"))
 
 
+def optional_module(module: str):
+    """`module`, which kbuild's test extra installs, or a skip that says so: at a test module's
+    top the whole module skips, so `pip install -e .` alone collects without errors. Ask for
+    `docker.errors`, not `docker`: the checkout's docker/ folder imports as a namespace package."""
+    package = module.split(".")[0]
+    return pytest.importorskip(module, reason=f"needs the {package} package, from the test extra: pip install -e '.[test]'")
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The session's kbuild cache (work trees, probes; environments too with
     KBUILD_TEST_STORE=none) goes with the session."""

@@ -148,8 +148,8 @@ def build(
     )
     if as_json:
         print_json(report.to_json())
-    else:
-        _print_build_report(console, report)
+    else:  # the report on stdout, progress on stderr: `kbuild build | tee log` keeps the summary
+        _print_build_report(_console(), report)
     if not report.ok:
         raise typer.Exit(1)
     if not any(r.status in ("built", "up-to-date", "checked") for r in report.results):

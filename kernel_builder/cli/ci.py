@@ -11,10 +11,10 @@ from typing import List, Optional
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import sub_app
+from kernel_builder.cli.output import new_app
 from kernel_builder.errors import UsageError
 
-ci_app = sub_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
+ci_app = new_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
 
 
 def _positive_shards(shards: Optional[int]) -> None:
@@ -62,7 +62,7 @@ def github(
     ),
     force: bool = typer.Option(False, "--force", help="Replace an existing workflow."),
 ) -> None:
-    """Write .github/workflows/kbuild.yml: plan, build every variant in the build images, test, publish tags v*.*.*."""
+    """Write .github/workflows/kbuild.yml: plan; build each variant on the GitHub runner (`kbuild build --runner local`, one sccache cache shared through --shared-cache, default gha), or with --shared-cache none in kbuild's build images (`--runner docker`); test; publish tags v*.*.*."""
     from rich.markup import escape
 
     from kernel_builder.scaffold.ci_github import (

@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import print_json, sub_app
+from kernel_builder.cli.output import print_json, new_app
 
-docker_app = sub_app("Build images for `kbuild build --runner docker`: one per backend family, torch and toolkit version.")
+docker_app = new_app("Build images for `kbuild build --runner docker`: one per backend family, torch and toolkit version.")
 
 
 def default_selector() -> str:

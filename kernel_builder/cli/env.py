@@ -7,16 +7,11 @@ from typing import List, Optional
 import typer
 
 from kernel_builder.cli.output import console as _console
-from kernel_builder.cli.output import print_json
+from kernel_builder.cli.output import new_app, print_json
 from kernel_builder.formatting import human_size
 
-env_app = typer.Typer(
-    help="Managed build environments: one virtual environment per torch version and compute, "
-    "created on first use.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+env_app = new_app("Managed build environments: one virtual environment per torch version and compute, "
+                  "created on first use.")
 
 
 

@@ -13,15 +13,10 @@ import typer
 
 from kernel_builder import __version__
 from kernel_builder.cli.output import console as _console
+from kernel_builder.cli.output import new_app
 from kernel_builder.errors import Interrupted, KbuildError, Terminated
 
-app = typer.Typer(
-    name="kbuild",
-    help="Build, check and publish compute kernels for the Hugging Face Kernel Hub.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = new_app("Build, check and publish compute kernels for the Hugging Face Kernel Hub.", name="kbuild")
 
 
 def _print_version(asked: bool) -> None:

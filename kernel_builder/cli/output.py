@@ -1,6 +1,6 @@
 """What every `kbuild` command module shares: the rich console they print with, the one
-way `--json` output is written, how a table is printed whole, and how a command group
-(`kbuild env ...`) is made."""
+way `--json` output is written, how a table is printed whole, and how the app and a command
+group (`kbuild env ...`) are made."""
 
 from __future__ import annotations
 
@@ -47,5 +47,24 @@ def print_table(console, table) -> None:
             console.print(f"{first}: " + ", ".join(str(cell) for cell in rest if str(cell)))
 
 
-def sub_app(help: str) -> typer.Typer:  # noqa: A002 - typer's own name for it
-    return typer.Typer(help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+class _HelpGroup(typer.core.TyperGroup):
+    """Lists a group's commands with the first paragraph of each one's help whole, wrapped to
+    the width (click cuts it short with '...' to fit one line)."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.short_help or " ".join((command.help or "").strip().split("\n\n")[0].split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def new_app(help: str, name: str | None = None) -> typer.Typer:  # noqa: A002 - typer's own name for it
+    """A Typer app (`kbuild`, or a group such as `kbuild env`) with click's plain help: at any
+    width (80 columns, a pipe) option names stay whole and flags show no type, where rich's
+    help table cuts names short (`--compiler-cache-…`) and calls every flag `<bool>`."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None, cls=_HelpGroup)

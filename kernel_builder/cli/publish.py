@@ -14,7 +14,7 @@ from kernel_builder.cli.output import print_json
 def publish(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml and build/)."),
     tag: str = typer.Option(..., "--tag", "-t", help="The release, vMAJOR.MINOR.PATCH; MAJOR must be build.toml's version."),
-    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="ORG/NAME on the Hub (default: build.toml's \\[general.hub] repo-id)."),
+    repo_id: Optional[str] = typer.Option(None, "--repo-id", help="ORG/NAME on the Hub (default: build.toml's [general.hub] repo-id)."),
     private: bool = typer.Option(False, "--private", help="Create the repo private (an existing repo keeps its visibility)."),
     create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request to branch vMAJOR instead of committing; no tag."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the branch, tag and files (with sizes); touch nothing."),

@@ -27,7 +27,7 @@ from kernel_builder.hub_names import repo_id_problem
 from kernel_builder.kernel.identity import DIRTY, kernel_identity
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.publish.api_diff import Api, breaks, describe_breaks, local_api, previous_release
-from kernel_builder.publish.repo_card import card_release, render_card
+from kernel_builder.publish.repo_card import card_release, later_release, render_card
 from kernel_builder.runtime.loader import read_metadata
 
 TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
@@ -222,7 +222,7 @@ def publish(
     _call(lambda: api.create_tag(plan.repo_id, tag=plan.tag, revision=sha, repo_type=repo_type,
                                  tag_message=f"{plan.manifest.name} {plan.tag}"), f"create tag {plan.tag}", plan.repo_id)
     say(f"tagged {sha[:12]} as {plan.tag}")
-    _upload_card(api, plan, repo_type)
+    _upload_card(api, plan, repo_type, _card_on_main(api, plan, repo_type), say)
     return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded)
 
 
@@ -265,7 +265,12 @@ def _release_api(api, repo_id: str, repo_type: str, sha: str) -> Api:
     )
 
 
-def _upload_card(api, plan: PublishPlan, repo_type: str) -> None:
+def _upload_card(api, plan: PublishPlan, repo_type: str, current: str | None, say: Callable[[str], None]) -> None:
+    """The plan's card on main, unless `current` (the card there) names a later release."""
+    later = later_release(current, plan.tag)
+    if later is not None:
+        say(f"the card on main stays at {later}: it is never written over by an older release ({plan.tag})")
+        return
     _call(lambda: api.upload_file(path_or_fileobj=plan.card.encode(), path_in_repo="README.md", repo_id=plan.repo_id,
                                   repo_type=repo_type, revision="main", commit_message=f"Card for {plan.tag}"),
           f"update the card of {plan.repo_id}", plan.repo_id)
@@ -289,7 +294,7 @@ def _finish_tagged(api, plan: PublishPlan, repo_type: str, sha: str, say: Callab
                            "nothing left to do; publish a new version, or pass --force to move it")
     say(f"tag {plan.tag} is already on {sha[:12]} with this build: finishing what an earlier run left undone "
         "(the repo card)")
-    _upload_card(api, plan, repo_type)
+    _upload_card(api, plan, repo_type, current, say)
     return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded=False)
 
 

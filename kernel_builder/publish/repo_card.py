@@ -63,7 +63,9 @@ from kernels import get_kernel
 {general.name.replace("-", "_")} = get_kernel("{repo_id}", version={major})
 ```
 
-Pin an exact release with `revision="{tag}"`.
+Pin an exact release with `revision="{tag}"`. `kernels` loads only from publishers the Hub
+marks trusted (such as `kernels-community`); from any other org, add `trust_remote_code=True`
+(or `trust_remote_code=["{repo_id}"]`).
 
 With transformers, let a model pick up the kernel's layers:
 
@@ -81,3 +83,12 @@ def card_release(card: str) -> tuple[str, tuple[int, int, int]] | None:
     if match is None:
         return None
     return match[1], (int(match[2]), int(match[3]), int(match[4]))
+
+
+def later_release(card: str | None, tag: str) -> str | None:
+    """The release named by `card` (the card on main) when it is later than `tag`, else None:
+    a card is never written over a later release's, so publishing a patch of an older line
+    (v1.0.5 after v1.1.0) leaves the newer card in place."""
+    release = card_release(card) if card is not None else None
+    ours = tuple(int(n) for n in tag.lstrip("v").split("."))
+    return release[0] if release is not None and release[1] > ours else None

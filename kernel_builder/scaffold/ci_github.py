@@ -130,8 +130,14 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         shared_cache=options.shared_cache,
         shared_cache_env=SHARED_CACHES[options.shared_cache],
         sccache_version=SCCACHE_VERSION,
-        build_runner="docker" if options.shared_cache == "none" else "local",
+        build_runner=build_runner(options.shared_cache),
     )
+
+
+def build_runner(shared_cache: str) -> str:
+    """The `kbuild build --runner` of the build jobs: the build images carry ccache only (their
+    containers have no network for sccache), so a shared cache builds on the GitHub runner."""
+    return "docker" if shared_cache == "none" else "local"
 
 
 def write_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions(), force: bool = False) -> Path:

@@ -239,7 +239,8 @@ class HubServer:
     `tokens` maps each accepted token to "write" or "read" (default: WRITE_TOKEN and READ_TOKEN);
     every token belongs to one user, TEST_USER, who may read and (with a write token) write
     every repo. `trusted_orgs` are organizations whose overview says trustedKernelPublisher;
-    `orgs` are further organizations that exist but are not trusted.
+    `orgs` are further organizations that exist but are not trusted, as does any other
+    namespace but the user's that holds a repo.
     """
 
     def __init__(self, root: Path, tokens: dict[str, str] | None = None,
@@ -333,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token", action="append", default=[], metavar="TOKEN:ROLE",
                         help="accept TOKEN with ROLE write or read (repeatable; default: the test tokens)")
     parser.add_argument("--trusted-org", action="append", metavar="ORG",
-                        help="an organization marked as a trusted kernel publisher (default: kernels-community)")
-    parser.add_argument("--org", action="append", default=[], metavar="ORG", help="an untrusted organization")
+                        help="an organization marked as a trusted kernel publisher, besides kernels-community")
+    parser.add_argument("--org", action="append", default=[], metavar="ORG",
+                        help="an untrusted organization (one that holds a repo exists anyway)")
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = parser.parse_args(argv)
 
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         if not token or role not in ("write", "read"):
             parser.error(f"--token wants TOKEN:write or TOKEN:read, not {spec!r}")
         tokens[token] = role
-    trusted = tuple(args.trusted_org) if args.trusted_org else ("kernels-community",)
+    trusted = tuple(dict.fromkeys(("kernels-community", *(args.trusted_org or ()))))
     server = HubServer(args.root, tokens or None, trusted, orgs=tuple(args.org), host=args.host,
                        port=args.port, verbose=args.verbose)
     server._bind()

@@ -235,6 +235,11 @@ class HubStore:
             raise ValueError(f"invalid repo id {repo_id!r}: {problem}")
         return Repo(self, repo_type, repo_id, self.root / "repos" / f"{repo_type}s" / repo_id)
 
+    def holds_namespace(self, namespace: str) -> bool:
+        """Whether any repo, of any type, lives under `namespace`."""
+        return any(folder.is_dir() and any(not p.name.startswith(".") for p in folder.iterdir())
+                   for folder in (self.root / "repos").glob(f"*/{namespace}"))
+
     def create_repo(self, repo_type: str, repo_id: str, *, private: bool, author: str) -> Repo | None:
         """A new repo whose main branch holds the initial .gitattributes; None if it exists."""
         repo = self.repo(repo_type, repo_id)

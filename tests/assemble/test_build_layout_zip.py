@@ -15,10 +15,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import copy_example, kbuild, published_kernels
+from conftest import copy_example, kbuild, published_kernels, optional_module
 from kernel_builder.runtime import KernelLoadError, read_metadata
+
+torch = optional_module("torch")
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kbuild, kbuild_in_process
+from conftest import REPO, kbuild, kbuild_in_process, optional_module
 from kernel_builder.errors import VariantError
 from kernel_builder.variants import Kind, Style, Variant, default_matrix, try_parse
 
@@ -158,6 +158,7 @@ def test_default_matrix_covers_the_compliant_set():
 
 
 def test_variants_command_marks_what_this_machine_builds_and_where():
+    optional_module("torch")
     import torch
 
     from kernel_builder.compile.backends.cuda import nvcc_path
@@ -254,6 +255,7 @@ def test_switching_styles_leaves_one_folder_per_build(tiny_new):
 
 
 def test_variant_name_mistakes_are_one_line_errors(tmp_path):
+    optional_module("torch")
     major, minor = _torch_tag()
     new = f"torch-{major}.{minor}-cxx11-cpu-cpython-3.9-abi3-x86_64-linux"
     legacy = f"torch{major}{minor}-cxx11-cpu-x86_64-linux"

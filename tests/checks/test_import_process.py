@@ -14,6 +14,7 @@ import time
 import pytest
 from pathlib import Path
 
+from conftest import optional_module
 from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.checks.variant_checks import OK, check_import
 from kernel_builder.variants import Variant
@@ -60,6 +61,7 @@ def test_its_folder_is_private_and_a_killed_kbuilds_folder_goes_with_the_next_ch
 
 def test_the_callers_working_folder_is_not_on_its_path(tmp_path, monkeypatch):
     # The script's first import is json: a json.py in the working folder would run instead.
+    optional_module("torch")
     (tmp_path / "json.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
     monkeypatch.chdir(tmp_path)
     with ImportProcess(sys.executable) as process:

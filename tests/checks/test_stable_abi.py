@@ -27,7 +27,7 @@ from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.environments.store import find_env, managed_specs
 from kernel_builder.checks.stable_symbols import is_non_stable, is_shim, torch_imports
 from kernel_builder.variants import Variant, default_matrix, parse_version
-from conftest import REPO, kbuild, kbuild_in_process
+from conftest import REPO, kbuild, kbuild_in_process, optional_module
 
 FIXTURES = REPO / "tests" / "fixtures"
 PLATFORM = "-".join(host_platform())
@@ -112,6 +112,7 @@ def test_shim_functions_are_the_extern_c_aoti_and_torch_names():
 
 # -- plan ----------------------------------------------------------------------------------------
 def test_plan_shows_one_stable_variant_per_compute(kernel):
+    optional_module("torch")
     rows = json.loads(kbuild_in_process("plan", str(kernel), "--matrix", "all", "--json", "--no-create-env", check=True).stdout)
     names = [row["variant"] for row in rows]
     matrix = [v for v in default_matrix().variants if v.backend in ("cpu", "cuda")]
@@ -124,6 +125,7 @@ def test_plan_shows_one_stable_variant_per_compute(kernel):
 
 
 def test_plan_without_matrix_builds_the_stable_variants(kernel):
+    optional_module("torch")
     rows = json.loads(kbuild_in_process("plan", str(kernel), "--json", "--no-create-env", check=True).stdout)
     by_backend = {row["backend"]: row for row in rows}
     assert by_backend["cpu"]["variant"] == CPU_VARIANT

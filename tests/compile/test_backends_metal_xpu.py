@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example
+from conftest import copy_example, optional_module
 from ninja_commands import ninja_commands, only
 from kernel_builder.compile.backends import Unavailable, metal, xpu
 from kernel_builder.compile.backends.metal import MetalBackend
@@ -32,6 +32,8 @@ from kernel_builder.environments.probe import probe_env
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.variants import arch_variant
+
+optional_module("torch")  # the environment its specs are made for
 
 SYCL_FLAGS = ["-fsycl-targets=spir64_gen", "-Xs", "-device pvc"]
 

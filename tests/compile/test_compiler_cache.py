@@ -8,12 +8,13 @@ import shutil
 import stat
 
 import pytest
-import torch
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, optional_module
 from kernel_builder.compile.cmake import CompileSpec, cache_holds
 from kernel_builder.compile.compiler_cache import CacheStats, CompilerCache, find_compiler_cache, launcher_settings, stats_log
 from kernel_builder.errors import KbuildError
+
+torch = optional_module("torch")
 
 VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 TINY = REPO / "tests" / "fixtures" / "tiny"

@@ -204,7 +204,7 @@ def test_one_architecture_with_ptx(tmp_path, swiglu_cuda):
     toml = root / "build.toml"
     toml.write_text(toml.read_text().replace('cuda-capabilities = ["8.0", "9.0"]', 'cuda-capabilities = ["8.0+PTX"]\ncuda-flags = ["-DSWIGLU_TEST_FLAG=1"]'))
     result = kbuild("build", str(root), "--variant", CUDA_VARIANT, "--nvcc-threads", "1", "--max-jobs", "1", check=True)
-    assert "built" in result.stderr
+    assert "built" in result.stdout
     folder = root / "build" / CUDA_VARIANT
     metadata = json.loads((folder / "metadata.json").read_text())
     assert metadata["backend"]["archs"] == ["8.0"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kbuild
+from conftest import REPO, kbuild, optional_module
 from cuda_toolkit import needs_nvcc
 from ninja_commands import ninja_commands, only
 from kernel_builder.checks.variant_checks import FAILED, OK, check_abi, portability_advice, read_elf_dependencies
@@ -227,6 +227,7 @@ double launch_scale(double x) { return std::exp(x) * std::pow(x, 0.5); }
 def test_cuda_host_compiles_get_the_header(tmp_path, monkeypatch):
     """Without nvcc: the generated spec passes the header to the C++ compiler and, through
     -Xcompiler, to nvcc's host compiler, and writes it beside CMakeLists.txt."""
+    optional_module("torch")
     monkeypatch.setattr(cuda, "nvcc_path", lambda: "/usr/local/cuda/bin/nvcc")
     monkeypatch.setattr(cuda, "nvcc_architectures", lambda nvcc: frozenset({"9.0"}))
     monkeypatch.setattr(cuda, "nvcc_include_dirs", lambda nvcc: ())

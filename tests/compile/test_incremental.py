@@ -7,32 +7,25 @@ Ninja ran, so the counts are the compiles themselves."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import copy_example, kbuild, run_example_tests
+from conftest import copy_example, kbuild, run_example_tests, optional_module
+from git_repo import git, new_repo
 from cuda_toolkit import needs_nvcc
+
+torch = optional_module("torch")
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 CU130_VARIANT = "torch214-cxx11-cu130-x86_64-linux"
 
 
-def git(root: Path, *args: str) -> None:
-    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
-                "GIT_COMMITTER_EMAIL": "t@localhost"}
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, env=dict(os.environ, **identity))
-
-
 def committed_copy(example: str, tmp_path: Path) -> Path:
     root = copy_example(example, tmp_path)
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "start")
+    new_repo(root, "start")
     return root
 
 

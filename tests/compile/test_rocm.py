@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example
+from conftest import copy_example, optional_module
 from kernel_builder.compile.backends import Unavailable, rocm, rocm_device_check, rocm_toolchain
 from kernel_builder.compile.cmake import render_project
 from kernel_builder.environments.probe import probe_env
@@ -209,6 +209,7 @@ def test_no_supported_arch_is_a_clear_error(tmp_path):
 
 
 def test_without_hipcc_the_backend_says_what_to_install(tmp_path, monkeypatch):
+    optional_module("torch")
     monkeypatch.setattr(rocm_toolchain, "hipcc_path", lambda: None)
     env = dataclasses.replace(probe_env(Path(sys.executable)), hip="7.1.25424-4179531dcd")
     manifest = load_manifest(copy_example("relu", tmp_path))
@@ -239,6 +240,7 @@ def rocm_env():
 
 
 def test_target_names_the_rocm_variant(tmp_path, monkeypatch):
+    optional_module("torch")
     env = rocm_env()
     manifest = load_manifest(copy_example("relu", tmp_path))
     monkeypatch.setattr(rocm_toolchain, "hipcc_path", lambda: "/opt/rocm/bin/hipcc")

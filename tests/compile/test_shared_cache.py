@@ -18,9 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import EXAMPLES, REPO, environments_elsewhere, kbuild, kbuild_in_process
+from conftest import EXAMPLES, REPO, environments_elsewhere, kbuild, kbuild_in_process, optional_module
 from cuda_toolkit import CUDA_VARIANT, needs_nvcc
 from kernel_builder.environments.store import PROBE_FILE
 from kernel_builder.compile import sccache_server, sccache_sockets
@@ -31,6 +30,8 @@ from kernel_builder.compile.remote_cache import probe, redis_ping, remote_backen
 from kernel_builder.errors import KbuildError
 from kernel_builder.testing import sccache_servers
 from kernel_builder.testing.sccache_servers import Unavailable, redis_server
+
+torch = optional_module("torch")
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 SCCACHE = shutil.which("sccache")

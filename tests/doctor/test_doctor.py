@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
+from conftest import optional_module
 from kernel_builder.doctor import checkup as doctor
 from kernel_builder.compile.backends.common import cxx_compiler, host_platform
 from kernel_builder.compile.backends.cuda import nvcc_path
@@ -172,7 +173,7 @@ def test_limited_toolchain_gives_the_variants_reason(monkeypatch):
 
 # -- Docker -------------------------------------------------------------------------------
 def test_docker_unreachable_with_reason(report):
-    pytest.importorskip("docker")
+    optional_module("docker.errors")
     assert not report.docker.reachable
     assert report.docker.host == "unix:///nonexistent.sock"
     assert report.docker.reason.startswith("no Docker engine reachable")
@@ -248,6 +249,7 @@ def test_short_disk_and_memory_are_said(monkeypatch):
 # -- a kernel -----------------------------------------------------------------------------
 @needs_cxx
 def test_kernel_tiny_backends_and_variants():
+    optional_module("torch")
     found = doctor.diagnose(TINY).kernel
     assert found.name == "tiny"
     rows = {r["backend"]: r for r in found.backends}
@@ -332,6 +334,7 @@ def test_json_shape(cli_app):
 
 
 def test_text_report(cli_app):
+    optional_module("docker.errors")
     result = CliRunner().invoke(cli_app, ["doctor", str(TINY)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     out = result.stdout

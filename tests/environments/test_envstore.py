@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import optional_module
 from kernel_builder.cli.env import env_app
 from kernel_builder.environments.probe import BuildEnv, probe_env
 from kernel_builder.environments.store import (
@@ -114,6 +115,7 @@ def test_compute_tag_of_each_flavour():
 
 
 def test_satisfied_by_the_cpu_torch():
+    optional_module("torch")
     cpu = probe_env(_need(CPU_VENV))
     assert cpu.torch == (2, 13) and compute_tag(cpu) == "cpu"
     assert CPU_213.satisfied_by(cpu)
@@ -316,6 +318,7 @@ def test_folder_without_marker_is_invisible_and_pruned(store):
 
 
 def test_cpu_spec_takes_any_flavour_but_prefers_cpu(store):
+    optional_module("torch")
     other = _borrowed_env(store, "torch213-cu130", CPU_VENV)  # marker says cu130, torch is CPU
     assert find_env(EnvSpec((2, 13), "cu130")) is None, "the probe, not the folder name, decides"
     assert find_env(CPU_213).python == str(other / "bin" / "python")
@@ -324,6 +327,7 @@ def test_cpu_spec_takes_any_flavour_but_prefers_cpu(store):
 
 
 def test_prune_older_than_and_all(store):
+    optional_module("torch")
     _borrowed_env(store, CPU_213.key, CPU_VENV)
     assert find_env(CPU_213) is not None  # marks it used now
     assert prune(older_than_days=1) == []

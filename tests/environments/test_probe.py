@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import optional_module
 from kernel_builder.environments.probe import _PROBE, probe_env
 
 
@@ -48,6 +49,7 @@ def compiled_with_cxx11_abi() -> bool:
 
 
 def test_what_the_files_state_is_what_importing_torch_says():
+    optional_module("torch")
     stated, imported = probe(sys.executable), probe(sys.executable, "--import")
     assert stated == imported
     assert stated["torch_version"].startswith("2.") and stated["cxx11_abi"] is True
@@ -75,6 +77,7 @@ def test_a_torch_whose_files_do_not_say_it_all_is_imported(tmp_path, case):
 
 
 def test_a_new_environment_is_probed_by_importing_its_torch(tmp_path):
+    optional_module("torch")
     cache = tmp_path / "probe.json"
     env = probe_env(Path(sys.executable), cache, import_torch=True)
     assert env == probe_env(Path(sys.executable), cache), "the cached answer is the imported one"

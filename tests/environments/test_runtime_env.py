@@ -9,12 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
+from conftest import optional_module
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.environments.runtime_overlay import (
     RuntimeEnvError, triton_for_torch, kernel_runtime_needs, runtime_python, variant_runtime_needs,
 )
+
+torch = optional_module("torch")
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

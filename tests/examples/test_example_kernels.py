@@ -21,13 +21,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import REPO, run_example_tests
+from conftest import REPO, run_example_tests, optional_module
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.compile.backends.rocm_toolchain import hipcc_path
 from cuda_toolkit import CUDA_VARIANT, embedded, needs_nvcc
 from ninja_commands import ninja_commands, only
+
+torch = optional_module("torch")
 
 pytestmark = pytest.mark.e2e
 

@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "benchmarks" / "gpu" / "run.sh"
 EXAMPLES = {"relu", "swiglu", "layer-norm", "flash-attn"}
 
+from conftest import optional_module
 
 def run(*args: str, python: str = sys.executable, wheels: Path | None = None) -> subprocess.CompletedProcess:
     """run.sh with `python`; `wheels`: the carried wheels' folder (default: none)."""
@@ -60,6 +61,7 @@ def test_dry_run_builds_tests_and_times_every_example(tmp_path, built_example, r
 
 
 def test_without_a_gpu_it_says_to_use_the_dry_run(tmp_path):
+    optional_module("torch")
     result = run("--out", str(tmp_path))
     assert result.returncode == 2
     assert "torch sees no CUDA device; run with --dry-run" in result.stderr

@@ -3,23 +3,17 @@ what the build reads decides them, nothing else in the repo does."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from git_repo import git, new_repo
 from kernel_builder.kernel.identity import kernel_identity
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.scaffold.new_kernel import scaffold
 
-GIT_ENV = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e")
-
-
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True, env=GIT_ENV)
-    return done.stdout.strip()
 
 
 def identity(root: Path):
@@ -31,9 +25,7 @@ def kernel(tmp_path) -> Path:
     """The `kbuild init` CPU scaffold, committed (build/ ignored by its .gitignore)."""
     root = tmp_path / "my-op"
     scaffold(root, "my-op", ["cpu"])
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "scaffold")
+    new_repo(root, "scaffold")
     return root
 
 
@@ -107,9 +99,7 @@ def test_a_kernel_inside_a_bigger_repo_and_a_linked_include_folder(tmp_path):
     build_toml = root / "build.toml"
     build_toml.write_text(build_toml.read_text().replace('[kernel.my_op_cpu]', '[kernel.my_op_cpu]\ninclude = ["inc"]', 1))
     (top / "shared" / "notes.md").write_text("not the kernel's\n")
-    git(top, "init", "-q")
-    git(top, "add", "-A")
-    git(top, "commit", "-q", "-m", "all")
+    new_repo(top, "all")
     first, state = identity(root)
     assert not state.dirty
     (top / "shared" / "notes.md").write_text("changed\n")
@@ -122,9 +112,7 @@ def test_a_submodule_input_is_clean_until_its_checkout_changes(kernel, tmp_path)
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "lib.h").write_text("#pragma once\n")
-    git(lib, "init", "-q")
-    git(lib, "add", "-A")
-    git(lib, "commit", "-q", "-m", "lib")
+    new_repo(lib, "lib")
     git(kernel, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "third_party/lib")
     build_toml = kernel / "build.toml"
     build_toml.write_text(build_toml.read_text().replace("[kernel.my_op_cpu]", '[kernel.my_op_cpu]\ninclude = ["third_party/lib"]', 1))

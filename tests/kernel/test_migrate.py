@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import copy_example, kbuild, kbuild_in_process
+from conftest import copy_example, kbuild, kbuild_in_process, optional_module
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.kernel.migrate import migrate
+
+torch = optional_module("torch")
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from conftest import copy_example
+from conftest import copy_example, optional_module
 from ninja_commands import ninja_commands
 
 from kernel_builder.compile.backends.cpu import CpuBackend
@@ -90,6 +90,7 @@ def cpu_job(root: Path, kernel_id: str) -> BuildJob:
 
 
 def test_only_registering_files_are_compiled_with_the_op_namespace(tmp_path):
+    optional_module("torch")
     root = copy_example("layer-norm", tmp_path)
     job = cpu_job(root, "abc1234")
     spec = CpuBackend().compile_spec(job)
@@ -114,6 +115,7 @@ def compile_commands(spec, work_dir: Path) -> dict[str, str]:
 
 
 def test_a_flag_in_build_toml_changes_the_commands_of_its_unit_and_the_binding_only(tmp_path):
+    optional_module("torch")
     root = copy_example("layer-norm", tmp_path)
     before = compile_commands(CpuBackend().compile_spec(cpu_job(root, "abc1234")), tmp_path / "before")
     toml = root / "build.toml"

@@ -16,31 +16,24 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 
-from conftest import EXAMPLES, REPO, kbuild
+from conftest import EXAMPLES, REPO, kbuild, optional_module
+from git_repo import git, new_repo
 from hub_fixture import hub_env
 from kernel_builder.runtime.digest import hash_variant
+
+torch = optional_module("torch")
 
 pytestmark = pytest.mark.e2e
 
 CPU_VARIANT = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
 
 
-def git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
-                            GIT_COMMITTER_EMAIL="t@e"))
-
-
 def committed_copy(source: Path, dest: Path) -> Path:
     """The kernel as its own git repository with everything committed (build/ ignored)."""
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("build", "__pycache__"))
     (dest / ".gitignore").write_text("build/\n__pycache__/\n")
-    git(dest, "init", "-q")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "kernel")
-    return dest
+    return new_repo(dest)
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +79,33 @@ def test_round_trip_publish_then_kernels_get_kernel_runs_it(relu, hub, tmp_path)
     card = Path(api.hf_hub_download("kernels-community/relu", "README.md", repo_type="kernel")).read_text()
     assert f"`{CPU_VARIANT}`" in card and 'get_kernel("kernels-community/relu", version=1)' in card
 
-    # The reference client, unchanged, loads it by version and runs it on CPU.
+    # The reference client, unchanged, loads it by version and runs it on CPU. From your own
+    # org it loads with the README's trust options: kernels 0.19 asks the Hub (GET
+    # /api/organizations/ORG/overview) whether ORG is a trusted publisher, and without an
+    # option refuses one that is not with that reason, not "could not verify" (tests/testing).
+    assert publish(relu, "--tag", "v1.0.0", "--repo-id", "myorg/relu", env=env).returncode == 0
     script = (
         "import kernels, torch\n"
-        "relu = kernels.get_kernel('kernels-community/relu', version=1, backend='cpu')\n"
         "x = torch.randn(1000)\n"
-        "assert torch.equal(relu.relu(x), torch.relu(x))\n"
-        "print('ok', relu.__name__)\n"
+        "def load(repo, **trust):\n"
+        "    relu = kernels.get_kernel(repo, version=1, backend='cpu', **trust)\n"
+        "    assert torch.equal(relu.relu(x), torch.relu(x))\n"
+        "    return relu\n"
+        "print('ok', load('kernels-community/relu').__name__)\n"
+        "try:\n"
+        "    load('myorg/relu')\n"
+        "except ValueError as e:\n"
+        "    print('refused:', e)\n"
+        "load('myorg/relu', trust_remote_code=True)\n"
+        "load('myorg/relu', trust_remote_code=['myorg/relu'])\n"
+        "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, **hub_env(hub, tmp_path, token=None)),
                           capture_output=True, text=True, check=False)
-    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    community, refused, own = done.stdout.splitlines()
+    assert community.startswith("ok") and own == "ok", done.stdout
+    assert "'myorg/relu' is not from a trusted publisher" in refused and "trust_remote_code=True" in refused, refused
 
     # Publishing the same version again is refused; nothing moves.
     again = publish(relu, "--tag", "v1.0.0", "--repo-id", "kernels-community/relu", env=env)

@@ -14,8 +14,9 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import EntryNotFoundError
 
 from conftest import REPO, kbuild
+from git_repo import git
 from hub_fixture import hub_env
-from test_publish import fused, git, publish, refs  # noqa: F401 - fused is a fixture
+from test_publish import fused, publish, refs  # noqa: F401 - fused is a fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -107,8 +108,7 @@ def test_a_tag_on_other_content_stays_a_refusal(fused, hub, tmp_path, monkeypatc
 
 def test_a_card_of_a_later_release_is_not_replaced_by_an_older_rerun(fused, hub, tmp_path, monkeypatch):
     env = hub_env(hub, tmp_path)
-    first = subprocess.run(["git", "-C", str(fused), "rev-parse", "HEAD"], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    first = git(fused, "rev-parse", "HEAD")
     killed_before_the_card(fused, hub, env, monkeypatch)
     layers = fused / "torch-ext" / "fused" / "layers.py"
     layers.write_text(layers.read_text() + "\n# v1.1\n")
@@ -125,6 +125,14 @@ def test_a_card_of_a_later_release_is_not_replaced_by_an_older_rerun(fused, hub,
     assert old.returncode == 1
     line = one_line(old)
     assert "tag v1.0.0 already exists" in line and "nothing left to do" in line and "v1.1.0" in line, line
+    assert "Latest release: `v1.1.0`" in card(hub, tmp_path)
+
+    # A new patch of the older line is published and tagged, and says the newer card stays.
+    patch = publish(fused, "--tag", "v1.0.5", "--repo-id", REPO_ID, env=env)
+    assert patch.returncode == 0 and "Traceback" not in patch.stderr, patch.stderr
+    kept = [line for line in patch.stderr.splitlines() if "card on main stays at v1.1.0" in line]
+    assert len(kept) == 1 and "v1.0.5" in kept[0], patch.stderr
+    assert "v1.0.5" in refs(hub, REPO_ID)[1]
     assert "Latest release: `v1.1.0`" in card(hub, tmp_path)
 
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from dockerfile_parse import DockerfileParser
 
+from conftest import optional_module
 from kernel_builder.runners import docker_images
 from kernel_builder.runners.docker_images import FAMILIES, HOME, VENV, image_for, image_tag
 from kernel_builder.errors import KbuildError
@@ -72,7 +72,7 @@ def test_dockerfile_parses_and_takes_the_args_the_code_passes(family):
     path = docker_images.dockerfile(family)
     spec = image(SAMPLE[family])
     assert spec.family == family and spec.dockerfile == path
-    parser = DockerfileParser(fileobj=io.BytesIO(path.read_bytes()), build_args=spec.build_args)
+    parser = optional_module("dockerfile_parse").DockerfileParser(fileobj=io.BytesIO(path.read_bytes()), build_args=spec.build_args)
     steps = [s for s in parser.structure if s["instruction"] != "COMMENT"]
 
     froms = [s for s in steps if s["instruction"] == "FROM"]
@@ -429,6 +429,7 @@ class FakeClient:
 
 
 def test_run_container_streams_the_log_and_reads_the_report(tmp_path):
+    optional_module("docker.errors")
     kernel = _kernel(tmp_path)
     name = "torch214-cxx11-cpu-x86_64-linux"
     spec = container_spec(name, kernel, kernel / "build", tmp_path / "ccache", KBUILD_PACKAGE_DIR, image(name),
@@ -457,6 +458,7 @@ def test_parse_report_skips_stray_lines():
 
 
 def test_no_engine_is_one_clear_error(tmp_path, monkeypatch):
+    optional_module("docker.errors")
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     message = f"no Docker engine reachable (DOCKER_HOST={NO_ENGINE}): start Docker or use --runner local"
     with pytest.raises(KbuildError) as caught:

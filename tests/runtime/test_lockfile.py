@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from test_runtime_hub import RELEASES, RELU, REPO, client_env, publish, run_client
 
+from conftest import optional_module
 from kernel_builder.runtime.lockfile import (
     LockEntry,
     LockfileError,
@@ -107,6 +108,7 @@ def test_verify_locked_variant(tmp_path):
 
 
 def test_both_lock_shapes_read_and_kernels_reads_ours(tmp_path):
+    optional_module("kernels")
     entries = [
         LockEntry("kernels-community/relu", SHA, {"torch-cpu": VariantLock("sha256-" + "1" * 64)}, 1),
         LockEntry("acme/fused", "f" * 40, {"torch-cuda": VariantLock("sha256-" + "2" * 64)}, ">=1.0,<2.0"),

@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 import kernel_builder.runtime.loader as loader
+from conftest import optional_module
 from kernel_builder.runtime import DigestMismatchError, detect_system, hash_variant, load_local
 from kernel_builder.runtime import native_library
+
+# The runtime loads variants into this interpreter, with its torch.
+optional_module("torch")
 
 pytestmark = pytest.mark.skipif(not native_library.supported(), reason="memfd_create is Linux only")
 

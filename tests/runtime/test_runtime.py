@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import optional_module
 from kernel_builder.errors import KbuildError
 from kernel_builder.runtime import (
     DigestMismatchError,
@@ -29,6 +30,9 @@ from kernel_builder.runtime import (
     verify_digest,
 )
 from kernel_builder.variants import Variant
+
+# The runtime loads variants into this interpreter, with its torch.
+optional_module("torch")
 
 REPO = Path(__file__).resolve().parents[2]
 _ids = itertools.count()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import optional_module
 from kernel_builder.runtime import (
     DigestMismatchError,
     KernelLoadError,
@@ -18,6 +19,9 @@ from kernel_builder.runtime import (
     load_local,
     select_variant,
 )
+
+# The runtime loads variants into this interpreter, with its torch.
+optional_module("torch")
 
 LINUX = System("x86_64", "linux", (2, 13), True, "cpu")
 CUDA = System("x86_64", "linux", (2, 14), True, "cuda", (13, 2))

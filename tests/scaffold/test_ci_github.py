@@ -22,6 +22,7 @@ from typer._click.exceptions import BadParameter, UsageError
 from typer.core import TyperGroup
 
 from conftest import REPO
+from git_repo import new_repo
 from hub_fixture import hub_env
 from kernel_builder.scaffold.ci_github import WORKFLOW_PATH, check_complete, job_matrices
 from kernel_builder.cli.main import app
@@ -34,10 +35,6 @@ KERNELS = {"cpu": ["cpu"], "cuda-rocm": ["cuda", "rocm"], "all": ["cpu", "cuda",
 EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 KBUILD_COMMAND = re.compile(r"(?:^|\$\(|&&|\|\||;)\s*(kbuild\s[^)\n;&|>]*)", re.M)
 
-def git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
-                            GIT_COMMITTER_EMAIL="t@e"))
 
 
 @pytest.fixture(scope="module")
@@ -338,9 +335,7 @@ def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp
     (root / ".gitignore").write_text("build/\n__pycache__/\n")
     result = subprocess.run([str(kbuild_bin / "kbuild"), "ci", "github", str(root)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "kernel and its CI")
+    new_repo(root, "kernel and its CI")
 
     workflow = load(root / WORKFLOW_PATH)
     env = hub_env(hub, tmp_path)
@@ -390,6 +385,35 @@ def test_each_shared_cache_wires_sccache_into_the_build_jobs_and_passes_actionli
     assert (exported is not None) == (shared == "gha")
     if exported:
         assert "ACTIONS_RESULTS_URL" in exported["with"]["script"] and "ACTIONS_RUNTIME_TOKEN" in exported["with"]["script"]
+
+
+def test_help_and_readmes_say_where_the_written_workflow_builds(tmp_path):
+    """`kbuild ci github --help`, the README and the kernel's README name the `--runner` that the
+    workflow written (by default, and with --shared-cache none) really runs."""
+    root = tmp_path / "k"
+    scaffold(root, "kk", KERNELS["cpu"])  # writes the default workflow, as `kbuild init` does
+
+    def runner() -> str:
+        build = next(s for s in load(root / WORKFLOW_PATH)["jobs"]["build"]["steps"] if s.get("name") == "Build")
+        return re.search(r"--runner (\w+)", build["run"])[1]
+
+    default = runner()
+    assert ci("github", str(root), "--shared-cache", "none", "--force").exit_code == 0
+    images = runner()
+    assert (default, images) == ("local", "docker")
+
+    def words(text: str) -> str:
+        return " ".join(text.split())
+
+    help_text = words(ci("github", "--help").output)
+    assert f"on the GitHub runner (`kbuild build --runner {default}`" in help_text, help_text
+    assert f"--shared-cache none in kbuild's build images (`--runner {images}`)" in help_text, help_text
+    readme = words((REPO / "docs" / "guides" / "ci.md").read_text().split("## `kbuild ci github`", 1)[1].split("\n## ", 1)[0])
+    assert f"runs `kbuild build . --variant V --runner {default}` on the GitHub runner" in readme
+    assert f"with `--shared-cache none` it runs `kbuild build . --variant V --runner {images}` in kbuild's build images" in readme
+    kernel_readme = words((root / "README.md").read_text())
+    assert f"on GitHub's runners, one job each (`kbuild build --runner {default}`" in kernel_readme
+    assert f"`--shared-cache none --force` to build in kbuild's build images (`--runner {images}`)" in kernel_readme
 
 
 def test_an_unknown_shared_cache_is_a_one_line_error(tmp_path):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kbuild_in_process
+from git_repo import git
 
 pytestmark = pytest.mark.usefixtures("ci_install")  # init's workflow needs an install source
 
@@ -23,10 +24,6 @@ def own_git_config(tmp_path, monkeypatch) -> Path:
     for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
         monkeypatch.delenv(name, raising=False)
     return config
-
-
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def test_init_commits_every_scaffolded_file_once(tmp_path):

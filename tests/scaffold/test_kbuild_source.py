@@ -12,17 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from git_repo import git
 from kernel_builder.errors import UsageError
 from kernel_builder.scaffold.kbuild_source import checked_requirement, ci_requirement, install_requirement
 
 REMOTE = "https://example.invalid/kbuild.git"
-
-
-def git(*args: str | Path, cwd: Path | None = None) -> str:
-    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-    done = subprocess.run(["git", *map(str, args)], cwd=cwd, capture_output=True, text=True, check=True,
-                          env=dict(os.environ, **identity))
-    return done.stdout.strip()
 
 
 @pytest.fixture
@@ -30,11 +24,11 @@ def pushed_checkout(tmp_path) -> tuple[Path, Path, str]:
     """A clone of this repository whose origin is a network URL and holds its HEAD (fetched
     from a local bare copy that the URL stands for)."""
     upstream = tmp_path / "upstream.git"
-    git("clone", "-q", "--bare", REPO, upstream)
+    git(tmp_path, "clone", "-q", "--bare", REPO, upstream)
     checkout = tmp_path / "kbuild"
-    git("clone", "-q", upstream, checkout)
-    git("-C", checkout, "remote", "set-url", "origin", REMOTE)
-    return checkout, upstream, git("-C", checkout, "rev-parse", "HEAD")
+    git(tmp_path, "clone", "-q", upstream, checkout)
+    git(checkout, "remote", "set-url", "origin", REMOTE)
+    return checkout, upstream, git(checkout, "rev-parse", "HEAD")
 
 
 @pytest.mark.e2e  # pip fetches the source
@@ -55,14 +49,14 @@ def test_a_checkout_gives_its_remote_and_commit_and_pip_can_fetch_it(pushed_chec
 def test_an_unpushed_commit_a_local_remote_or_none_is_refused_with_what_to_pass(pushed_checkout, tmp_path):
     checkout, _, _ = pushed_checkout
     (checkout / "new.txt").write_text("x")
-    git("-C", checkout, "add", "new.txt")
-    git("-C", checkout, "commit", "-q", "-m", "local only")
+    git(checkout, "add", "new.txt")
+    git(checkout, "commit", "-q", "-m", "local only")
     with pytest.raises(UsageError, match=r"kbuild's commit [0-9a-f]{12} is not on https://example.invalid/kbuild.git: push it, or pass --install"):
         install_requirement(checkout, distribution="not-installed")
-    git("-C", checkout, "remote", "set-url", "origin", str(tmp_path / "upstream.git"))
+    git(checkout, "remote", "set-url", "origin", str(tmp_path / "upstream.git"))
     with pytest.raises(UsageError, match="is not on a network a CI runner reaches; pass --install 'kbuild"):
         install_requirement(checkout, distribution="not-installed")
-    git("-C", checkout, "remote", "remove", "origin")
+    git(checkout, "remote", "remove", "origin")
     with pytest.raises(UsageError, match="has no remote 'origin'; pass --install"):
         install_requirement(checkout, distribution="not-installed")
     with pytest.raises(UsageError, match="not installed from a URL"):
@@ -71,7 +65,7 @@ def test_an_unpushed_commit_a_local_remote_or_none_is_refused_with_what_to_pass(
 
 def test_an_scp_style_remote_becomes_https(pushed_checkout):
     checkout, _, commit = pushed_checkout
-    git("-C", checkout, "remote", "set-url", "origin", "git@github.com:org/kbuild.git")
+    git(checkout, "remote", "set-url", "origin", "git@github.com:org/kbuild.git")
     assert install_requirement(checkout, distribution="not-installed") == f"kbuild[docker] @ git+https://github.com/org/kbuild.git@{commit}"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import optional_module
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.scaffold.new_kernel import BACKENDS, scaffold, templates_dir
@@ -164,8 +165,21 @@ def test_generated_tests_use_both_loaders_and_skip_without_build(tmp_path):
     assert "build/" in ignored and "__pycache__/" in ignored
 
 
+def test_the_generated_readme_runs_with_the_quick_start_install(tmp_path):
+    """Its commands are kbuild's own: the quick start installs no pytest (`kbuild test` brings it)."""
+    from kernel_builder.cli.main import app
+
+    root, _ = render(tmp_path, ["cpu"])
+    block = re.search(r"## Build, test, load\n\n```bash\n(.*?)```", (root / "README.md").read_text(), re.S)
+    commands = [line.split("#")[0].split() for line in block.group(1).splitlines() if line.strip()]
+    assert [words[:3] for words in commands] == [["kbuild", "build", "my-op"], ["kbuild", "test", "my-op"]]
+    assert {c.name for c in app.registered_commands} >= {"build", "test"}
+    assert "pytest my-op" not in (root / "README.md").read_text()
+
+
 def test_layer_passes_the_kernels_layer_rules(tmp_path):
     """kernels refuses layers with a constructor or extra members."""
+    optional_module("torch")
     import torch
 
     root, _ = render(tmp_path, ["cpu"])

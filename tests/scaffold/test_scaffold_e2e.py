@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tomllib
@@ -11,6 +10,7 @@ import tomllib
 import pytest
 
 from conftest import kbuild, kbuild_in_process
+from git_repo import git, new_repo
 from kernel_builder.build.plan import kernel_work_root
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
@@ -95,11 +95,6 @@ def test_demo_kernel_leaves_no_staging_folder_when_interrupted(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-
-
-def _git(root, *args):
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, env=dict(os.environ, **GIT_IDENTITY))
 
 
 def _cpu_row(root) -> dict:
@@ -124,9 +119,7 @@ def test_commits_that_touch_no_input_keep_the_build_and_it_stays_publishable(tmp
     objects = _objects(root)
     assert objects, "the first build compiled object files"
 
-    _git(root, "init", "-q")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "scaffold")
+    new_repo(root, "scaffold")
     # Same sources, same id: the variant is stamped again with its commit, nothing compiles.
     assert _cpu_row(root)["status"] == "built" and _objects(root) == objects
     (variant,) = (root / "build").iterdir()
@@ -134,13 +127,13 @@ def test_commits_that_touch_no_input_keep_the_build_and_it_stays_publishable(tmp
     assert metadata["id"] == library.name.removesuffix(".abi3.so") and metadata["provenance"]["kernel"]["dirty"] is False
 
     (root / "README.md").write_text((root / "README.md").read_text() + "\nMore words.\n")
-    _git(root, "commit", "-q", "-am", "docs")
+    git(root, "commit", "-q", "-am", "docs")
     assert _cpu_row(root)["status"] == "up-to-date" and library.is_file()
     dry = kbuild("publish", str(root), "--tag", "v1.0.0", "--repo-id", "org/my-op", "--dry-run")
     assert dry.returncode == 0 and "would publish org/my-op" in dry.stdout, dry.stderr
 
     source = root / "my_op_cpu" / "scale_add.cpp"
     source.write_text(source.read_text() + "// changed\n")
-    _git(root, "commit", "-q", "-am", "edit")
+    git(root, "commit", "-q", "-am", "edit")
     stale = kbuild("publish", str(root), "--tag", "v1.0.0", "--repo-id", "org/my-op", "--dry-run")
     assert stale.returncode == 1 and "build/ does not match the source" in stale.stderr

@@ -457,6 +457,16 @@ def test_whoami_and_org_overview(hub):
     with pytest.raises(HfHubHTTPError) as missing:
         client(hub, False).get_organization_overview("somebody")
     assert missing.value.response.status_code == 404
+    # An org that holds a repo exists, untrusted (kernels then says "not from a trusted
+    # publisher"); the user's own namespace is no org; a server's trusted orgs are trusted.
+    client(hub).create_repo("myorg/relu", repo_type="kernel")
+    client(hub).create_repo("mine", repo_type="kernel")
+    assert client(hub, False).get_organization_overview("myorg").trustedKernelPublisher is False
+    with pytest.raises(HfHubHTTPError) as user:
+        client(hub, False).get_organization_overview(TEST_USER)
+    assert user.value.response.status_code == 404
+    with HubServer(hub.root, trusted_orgs=("kernels-community", "myorg")).start() as trusting:
+        assert client(trusting, False).get_organization_overview("myorg").trustedKernelPublisher is True
     assert raw(hub, "POST", "/api/validate-yaml", b'{"content": "", "repoType": "model"}')[0] == 200
 
 
