@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from conftest import REPO, kbuild
-from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.pipeline import build_kernel
+from kernel_builder.pipeline.options import BuildOptions
+from kernel_builder.pipeline.build_kernel import build_kernel
 from kernel_builder.errors import VariantError
 
 pytestmark = pytest.mark.e2e
