@@ -195,7 +195,7 @@ def _exchange(a: Path, b: Path) -> bool:
 def remove_stale_staging(out_dir: Path) -> None:
     """Leftovers of an interrupted build are never mistaken for variants; clear them.
 
-    Call it holding the output's build lock (kernel_builder.build.pipeline.build_lock): then no live build
+    Call it holding the output's build lock (kernel_builder.pipeline.build_kernel.build_lock): then no live build
     owns any of them. A build killed between install's two renames left the previous
     variant under its replaced name and nothing in its place: that one goes back."""
     if not out_dir.is_dir():

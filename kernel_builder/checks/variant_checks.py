@@ -501,7 +501,7 @@ def check_variant(
     `python`, and the import check's `prepared` interpreter (kernel_builder.checks.import_process),
     started while it compiled. Without `strict_abi` (a local build, by default) symbol versions beyond
     manylinux_2_28 are a warning. The two have no default here: a build's come from
-    kernel_builder.build.options.BuildOptions, a built folder's from `check_build`."""
+    kernel_builder.pipeline.options.BuildOptions, a built folder's from `check_build`."""
     folder = Path(folder)
     variant = variant or try_parse(folder.name)
     abi = check_abi(folder, variant)

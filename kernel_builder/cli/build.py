@@ -13,7 +13,7 @@ from kernel_builder.errors import KbuildError
 
 
 def _print_variant_rows(title: str, rows: list[dict]) -> None:
-    """The table of `kbuild variants` and `kbuild plan` (rows from kernel_builder.build.host.variant_row)."""
+    """The table of `kbuild variants` and `kbuild plan` (rows from kernel_builder.pipeline.host.variant_row)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -127,8 +127,8 @@ def build(
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
     from rich.markup import escape
 
-    from kernel_builder.build.options import BuildOptions
-    from kernel_builder.build.pipeline import build_kernel
+    from kernel_builder.pipeline.options import BuildOptions
+    from kernel_builder.pipeline.build_kernel import build_kernel
     from kernel_builder.compile.parallelism import compile_parallelism
     from kernel_builder.runners.progress import progress_for
 
@@ -213,8 +213,8 @@ def plan(
     """Print the jobs `kbuild build` would run with these options, and why it skips the rest; builds nothing."""
     from kernel_builder.environments.choice import EnvChooser
     from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.build.plan import naming_style, plan_build
-    from kernel_builder.build.selection import resolve
+    from kernel_builder.pipeline.plan import naming_style, plan_build
+    from kernel_builder.pipeline.selection import resolve
 
     manifest = load_manifest(kernel_dir)
     selected = resolve(manifest, matrix, shard)
@@ -237,7 +237,7 @@ def variants(
 ) -> None:
     """List the default variant matrix and mark what this machine can build (and why not)."""
     from kernel_builder.environments.choice import EnvChooser
-    from kernel_builder.build.host import judge
+    from kernel_builder.pipeline.host import judge
     from kernel_builder.kernel.manifest import load_manifest
     from kernel_builder.variants import BACKENDS, default_matrix
 

@@ -1,6 +1,6 @@
 """`kbuild dev [KERNEL_DIR] [--cuda-arch 9.0] [--watch] [--json] [-- PYTEST_ARGS]`: build this
 machine's variant into a development folder and run the kernel's tests against it, once or
-on every save (kernel_builder.build.dev_loop)."""
+on every save (kernel_builder.pipeline.dev_loop)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def dev(
     architecture) into kbuild's cache, never KERNEL_DIR/build, and run the kernel's tests on it."""
     from rich.markup import escape
 
-    from kernel_builder.build.dev_loop import prepare, run_round, watch as watch_loop
-    from kernel_builder.build.options import parse_cuda_arch
+    from kernel_builder.pipeline.dev_loop import prepare, run_round, watch as watch_loop
+    from kernel_builder.pipeline.options import parse_cuda_arch
     from kernel_builder.settings import positive_count
 
     console = _console(stderr=True)

@@ -24,7 +24,7 @@ def selected_variants(selector: str, kernel: Path | None):
     """The variants of the default matrix that `selector` keeps (the `--matrix` syntax),
     among those `kernel` admits when given."""
     from kernel_builder.errors import VariantError
-    from kernel_builder.build.selection import Admitted, parse_selector, select
+    from kernel_builder.pipeline.selection import Admitted, parse_selector, select
     from kernel_builder.variants import default_matrix
 
     if kernel is not None:

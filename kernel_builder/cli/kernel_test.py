@@ -1,5 +1,5 @@
 """`kbuild test [KERNEL_DIR] [--variant V] [--json] [--clean-env] [-- PYTEST_ARGS]`: build what is missing,
-then run the kernel's own tests against the built variant (kernel_builder.build.build_then_test)."""
+then run the kernel's own tests against the built variant (kernel_builder.pipeline.build_then_test)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test(
     installed in a cached test environment."""
     from rich.markup import escape
 
-    from kernel_builder.build.build_then_test import build_for_tests, failed_jobs, run_tests_on_build
+    from kernel_builder.pipeline.build_then_test import build_for_tests, failed_jobs, run_tests_on_build
 
     console = _console(stderr=True)
     manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=lambda m: console.print(escape(m)))

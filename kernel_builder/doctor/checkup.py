@@ -225,7 +225,7 @@ def judge_backend(backend: str, chooser) -> BackendFinding:
     """The backend's toolchain, and which variants of the default matrix for this platform
     build here (`kbuild variants`); a toolchain that fits none of them is LIMITED, with
     the reasons of the variants."""
-    from kernel_builder.build.host import judge
+    from kernel_builder.pipeline.host import judge
 
     found = toolchain(backend)
     if found.status == MISSING:
@@ -414,8 +414,8 @@ def kernel(kernel_dir: Path, chooser) -> KernelFinding:
     """What `kbuild build KERNEL_DIR` would do per backend, and each variant the kernel
     admits for this platform, built here or why not (`kbuild plan --matrix all`)."""
     from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.build.plan import plan_build
-    from kernel_builder.build.selection import admitted
+    from kernel_builder.pipeline.plan import plan_build
+    from kernel_builder.pipeline.selection import admitted
 
     manifest = load_manifest(kernel_dir)
     out = manifest.root / "build"

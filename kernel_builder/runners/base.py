@@ -1,7 +1,7 @@
 """What every runner is: the `Runner` interface, the `Task`s it hands the build's scheduler,
 and its decision on each option of `kbuild build`.
 
-The pipeline (kernel_builder.build.pipeline) resolves the options, selects the variants and
+The pipeline (kernel_builder.pipeline.build_kernel) resolves the options, selects the variants and
 asks the runner named by --runner (kernel_builder.runners.get_runner) for its tasks; it never
 knows which runner it drives. A runner says of every option of `kbuild build` how it honours
 it or why it cannot (`Honoured`, `Refused`): a refused option fails the build up front in one
@@ -31,7 +31,7 @@ from kernel_builder.variants import Style, Variant
 @dataclass(frozen=True)
 class BuildSettings:
     """What every job of one build shares, resolved once (the options keep their names from
-    kernel_builder.build.options.BuildOptions, which gives their defaults)."""
+    kernel_builder.pipeline.options.BuildOptions, which gives their defaults)."""
 
     slots: Slots
     compiler_cache: CompilerCache | None
@@ -62,7 +62,7 @@ class Refused:
 
 
 class Plan(Protocol):
-    """The jobs this machine's build environments can run, and the skips (kernel_builder.build.plan.Plan)."""
+    """The jobs this machine's build environments can run, and the skips (kernel_builder.pipeline.plan.Plan)."""
 
     jobs: tuple
     skips: tuple
@@ -78,11 +78,11 @@ class RunRequest:
     # Exactly these variants, or () for the runner's default on this machine.
     requested: tuple[str | Variant, ...]
     style: Style
-    options: Any  # kernel_builder.build.options.BuildOptions (a later stage: not imported here)
+    options: Any  # kernel_builder.pipeline.options.BuildOptions (a later stage: not imported here)
     chooser: EnvChooser
-    # The plan for this machine's build environments (kernel_builder.build.plan.plan_build).
+    # The plan for this machine's build environments (kernel_builder.pipeline.plan.plan_build).
     plan_here: Callable[[], Plan]
-    # The variants of the default matrix the kernel admits (kernel_builder.build.selection.select).
+    # The variants of the default matrix the kernel admits (kernel_builder.pipeline.selection.select).
     admitted: Callable[[], list[Variant]]
     say: Callable[[str], None] = lambda message: None
 

@@ -386,7 +386,7 @@ _IN_COMMAND = "the container's kbuild build command"
 
 
 def forwarded_flags(options, parallelism: Parallelism, portable: bool) -> tuple[str, ...]:
-    """The options of `kbuild build` (kernel_builder.build.options.BuildOptions) that the
+    """The options of `kbuild build` (kernel_builder.pipeline.options.BuildOptions) that the
     container's own `kbuild build` takes as they are, with this job's share of the machine."""
     flags: list[str] = []
     if parallelism.jobs is not None:

@@ -79,7 +79,7 @@ class WorkflowOptions:
 def _selected(kernel_dir: Path, options: WorkflowOptions) -> list[Variant]:
     """The variants the workflow builds, checked now so that a bad option fails here, not in CI."""
     from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.build.selection import select
+    from kernel_builder.pipeline.selection import select
 
     if options.shared_cache not in SHARED_CACHES:
         raise UsageError(f"--shared-cache must be one of {', '.join(SHARED_CACHES)}, got {options.shared_cache!r}")
@@ -183,7 +183,7 @@ def job_matrices(rows: Iterable[dict], shards: int | None = None) -> dict:
 
     Build entries are `{name, variant}`, or `{name, shard, variants}` with `shards`; test
     entries `{variant, artifact, torch, index}`: the pip requirement and index for torch."""
-    from kernel_builder.build.selection import take_shard
+    from kernel_builder.pipeline.selection import take_shard
 
     variants = []
     for row in rows:

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kernel_builder.build.pipeline import build_kernel
+from kernel_builder.pipeline.build_kernel import build_kernel
 from kernel_builder.errors import KbuildError
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.paths import cache_dir, short_key

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_example
-from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.plan import work_tree
+from kernel_builder.pipeline.options import BuildOptions
+from kernel_builder.pipeline.plan import work_tree
 from kernel_builder.compile.backends.cuda import effective_capabilities
 from kernel_builder.compile.backends.cuda_arch import choose_cuda_arch
 from kernel_builder.errors import KbuildError, UsageError

@@ -164,7 +164,7 @@ def test_limited_toolchain_gives_the_variants_reason(monkeypatch):
     from kernel_builder.environments.choice import EnvChooser
 
     monkeypatch.setattr(doctor, "toolchain", lambda b: doctor.BackendFinding(b, doctor.OK, "fake", "/x/fake", "0.1"))
-    monkeypatch.setattr("kernel_builder.build.host.judge", lambda m, v, c: {"variant": v.name, "buildable": False, "reason": f"needs {v.compute}"})
+    monkeypatch.setattr("kernel_builder.pipeline.host.judge", lambda m, v, c: {"variant": v.name, "buildable": False, "reason": f"needs {v.compute}"})
     found = doctor.judge_backend("cuda", EnvChooser(None))
     assert found.status == doctor.LIMITED and found.path == "/x/fake"
     assert found.reason.startswith("needs cu")

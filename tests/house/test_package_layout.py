@@ -11,7 +11,7 @@ import kernel_builder
 
 PACKAGE = Path(kernel_builder.__file__).resolve().parent
 # Earliest first: a module may import its own stage or one listed before it.
-STAGES = ["", "runtime", "testing", "kernel", "environments", "compile", "assemble", "checks", "runners", "build",
+STAGES = ["", "runtime", "testing", "kernel", "environments", "compile", "assemble", "checks", "runners", "pipeline",
           "publish", "scaffold", "doctor", "cli"]
 ROOT_LIMIT = 12
 

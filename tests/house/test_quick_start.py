@@ -41,7 +41,7 @@ def run(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> 
 
 def _not_sources(folder: str, names: list[str]) -> set[str]:
     """What the copy of the checkout leaves out: venvs, caches and build outputs (a build/ beside
-    a build.toml or at the top), but not kernel_builder/build/, the build stage's package."""
+    a build.toml or at the top)."""
     skipped = {".git", ".venv", ".ci-venv", "__pycache__", ".pytest_cache"} | {n for n in names if n.endswith(".egg-info")}
     if "build" in names and (Path(folder) == REPO or "build.toml" in names):
         skipped.add("build")

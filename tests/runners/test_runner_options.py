@@ -23,10 +23,10 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from kernel_builder.build import pipeline
-from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.pipeline import build_kernel, job_settings, run_request
-from kernel_builder.build.report import BuildReport
+import kernel_builder.pipeline.build_kernel as pipeline
+from kernel_builder.pipeline.options import BuildOptions
+from kernel_builder.pipeline.build_kernel import build_kernel, job_settings, run_request
+from kernel_builder.pipeline.report import BuildReport
 from kernel_builder.cli.main import app
 from kernel_builder.errors import UsageError
 from kernel_builder.kernel.manifest import load_manifest
@@ -119,8 +119,8 @@ def test_each_runner_decides_every_build_option(runner):
 
 
 def test_the_pipeline_names_no_runner():
-    """build/pipeline.py reaches runners through the registry and the interface only."""
-    source = (REPO / "kernel_builder" / "build" / "pipeline.py").read_text()
+    """pipeline/build_kernel.py reaches runners through the registry and the interface only."""
+    source = (REPO / "kernel_builder" / "pipeline" / "build_kernel.py").read_text()
     modules = {n.module for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)}
     runner_modules = {m for m in modules if m.startswith("kernel_builder.runners.")}
     assert runner_modules <= {"kernel_builder.runners.base", "kernel_builder.runners.progress", "kernel_builder.runners.result"}
@@ -227,7 +227,7 @@ def _missing_images_are_skipped(job: Job, kernel: Path) -> bool:
 
 
 def _planned_with(job: Job) -> dict:
-    """The keyword arguments the local runner's plan is made with (kernel_builder.build.plan.plan_build)."""
+    """The keyword arguments the local runner's plan is made with (kernel_builder.pipeline.plan.plan_build)."""
     with mock.patch.object(pipeline, "plan_build", lambda *args, **kwargs: kwargs):
         return job.request.plan_here()
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import kbuild, kbuild_in_process
 from git_repo import git, new_repo
-from kernel_builder.build.plan import kernel_work_root
+from kernel_builder.pipeline.plan import kernel_work_root
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest

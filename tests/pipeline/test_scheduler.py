@@ -13,11 +13,11 @@ from rich.console import Console
 
 from kernel_builder.errors import KbuildError
 from kernel_builder.runners.progress import LineProgress, LiveProgress, activity
-from kernel_builder.build.report import BuildReport
+from kernel_builder.pipeline.report import BuildReport
 from kernel_builder.formatting import human_size
 from kernel_builder.runners.result import JobResult
 from kernel_builder.compile.compiler_cache import CacheStats
-from kernel_builder.build.scheduler import Scheduler, plan_slots
+from kernel_builder.pipeline.scheduler import Scheduler, plan_slots
 
 GB = 1 << 30
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from kernel_builder.build.build_then_test import build_for_tests, failed_jobs, run_tests_on_build
+from kernel_builder.pipeline.build_then_test import build_for_tests, failed_jobs, run_tests_on_build
 from kernel_builder.checks.kernel_tests import TestRun, machine_selection, tests_folder
 from kernel_builder.compile.backends.cuda_arch import ArchChoice, dev_cuda_arch
 from kernel_builder.compile.diagnostics import first_error_excerpt

@@ -3,7 +3,7 @@
 Each option has one name from flag to use (`--import-check` is `import_check` here, in
 kernel_builder.runners.base.BuildSettings and in kernel_builder.checks.variant_checks)
 and one default, the one below, which `kbuild build`'s flags show. The CLI makes one
-`BuildOptions` from its flags; kernel_builder.build.pipeline.build_kernel takes it.
+`BuildOptions` from its flags; kernel_builder.pipeline.build_kernel.build_kernel takes it.
 Values that are wrong on their own fail when it is made, with one line naming the flag.
 
 The environment variables that stand in for some flags (MAX_JOBS for --max-jobs,

@@ -1,4 +1,4 @@
-"""`kbuild dev`'s watch (kernel_builder.build.dev_loop.watch): which saves start a round, and
+"""`kbuild dev`'s watch (kernel_builder.pipeline.dev_loop.watch): which saves start a round, and
 that a real save is seen, with a fake round (no compile) and a bounded number of rounds."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_example
-from kernel_builder.build.dev_loop import DevSetup, dev_build_dir, watch
+from kernel_builder.pipeline.dev_loop import DevSetup, dev_build_dir, watch
 from kernel_builder.kernel.manifest import load_manifest
 
 

@@ -1,5 +1,5 @@
 """Build the variant a kernel's own tests run against, then run them: `kbuild test`, and each
-round of `kbuild dev` (kernel_builder.build.dev_loop), which builds into a folder of its own.
+round of `kbuild dev` (kernel_builder.pipeline.dev_loop), which builds into a folder of its own.
 
 The variant is the one kbuild's runtime loads on this machine (its backend and running
 torch: kernel_builder.checks.kernel_tests.machine_selection), or a named one; an up-to-date
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.pipeline import build_kernel
-from kernel_builder.build.report import BuildReport
+from kernel_builder.pipeline.options import BuildOptions
+from kernel_builder.pipeline.build_kernel import build_kernel
+from kernel_builder.pipeline.report import BuildReport
 from kernel_builder.checks.kernel_tests import (
     TestRun,
     choose_variant,
@@ -38,7 +38,7 @@ def build_for_tests(
 ) -> tuple[Manifest, BuildReport]:
     """Build `variant`, else this machine's, into `out` (default KERNEL_DIR/build). A missing
     tests/ folder or a kernel without this machine's backend fails first, in one line.
-    `cuda_arch` and `ops_id` make a development build (kernel_builder.build.plan.plan_build)."""
+    `cuda_arch` and `ops_id` make a development build (kernel_builder.pipeline.plan.plan_build)."""
     tests_folder(kernel_dir)
     matrix = None if variant else machine_selection(load_manifest(kernel_dir))
     options = BuildOptions(variants=(variant,) if variant else (), matrix=matrix, out=out, cuda_arch=cuda_arch)

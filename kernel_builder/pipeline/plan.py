@@ -10,7 +10,7 @@ from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.errors import VariantError
-from kernel_builder.build.host import describe_environment, torch_bounds_reason, variant_row, why_not
+from kernel_builder.pipeline.host import describe_environment, torch_bounds_reason, variant_row, why_not
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.identity import kernel_identity
 from kernel_builder.variants import LEGACY_PYTHON, Kind, Style, Variant, noarch_variant

@@ -1,4 +1,4 @@
-"""One build's options (kernel_builder.build.options.BuildOptions) and kbuild's environment
+"""One build's options (kernel_builder.pipeline.options.BuildOptions) and kbuild's environment
 variables (kernel_builder.settings): one name and one default per option, variables read in
 one place, bad values refused in one line naming the flag or variable. In-process, no build."""
 
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import kernel_builder
 from kernel_builder import settings
-from kernel_builder.build.options import BuildOptions
+from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.checks.variant_checks import check_variant
 from kernel_builder.cli.build import build
 from kernel_builder.cli.main import app

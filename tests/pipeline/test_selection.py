@@ -19,7 +19,7 @@ from conftest import REPO, kbuild, kbuild_in_process, optional_module
 from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.errors import VariantError
 from kernel_builder.kernel.manifest import load_manifest
-from kernel_builder.build.selection import admitted, select, take_shard
+from kernel_builder.pipeline.selection import admitted, select, take_shard
 from kernel_builder.variants import Style, Variant, matrix_from_toml
 
 LINUX = ["x86_64-linux", "aarch64-linux"]
@@ -230,7 +230,7 @@ def test_shards_partition_the_selection(tmp_path, count):
 def test_shards_are_the_same_in_another_process(tmp_path):
     manifest = kernel(tmp_path)
     code = (
-        "import sys; from kernel_builder.kernel.manifest import load_manifest; from kernel_builder.build.selection import resolve;"
+        "import sys; from kernel_builder.kernel.manifest import load_manifest; from kernel_builder.pipeline.selection import resolve;"
         "print(' '.join(v.name for v in resolve(load_manifest(sys.argv[1]), 'all', '2/3')))"
     )
     runs = {

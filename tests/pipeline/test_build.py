@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, kbuild, optional_module
-from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.pipeline import build_kernel
+from kernel_builder.pipeline.options import BuildOptions
+from kernel_builder.pipeline.build_kernel import build_kernel
 from kernel_builder.errors import VariantError
 
 torch = optional_module("torch")

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from kernel_builder.assemble.stamp import remove_stale_staging
-from kernel_builder.build.options import BuildOptions
-from kernel_builder.build.plan import Plan, kernel_work_root, naming_style, plan_build
-from kernel_builder.build.report import BuildReport
-from kernel_builder.build.scheduler import Scheduler, plan_slots
-from kernel_builder.build.selection import resolve, select
+from kernel_builder.pipeline.options import BuildOptions
+from kernel_builder.pipeline.plan import Plan, kernel_work_root, naming_style, plan_build
+from kernel_builder.pipeline.report import BuildReport
+from kernel_builder.pipeline.scheduler import Scheduler, plan_slots
+from kernel_builder.pipeline.selection import resolve, select
 from kernel_builder.compile.compiler_cache import CompilerCache
 from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
