@@ -50,10 +50,13 @@ def test_the_command_reference_has_every_command_and_option_help_lists():
 def _listed_options(help_text: str) -> set[str]:
     """The option names `--help` lists: the leading words of each option row (`--variant -V`,
     `--create-env / --no-create-env`), up to the first that is not an option (its type, its help)."""
-    names = set()
+    names, in_options = set(), False
     for line in help_text.splitlines():
+        if line and not line[0].isspace():  # a section's heading: only the Options rows count
+            in_options = line.strip() == "Options:"
+            continue
         words = line.strip("│ *").replace(",", " ").split()
-        for word in words if words and words[0].startswith("-") else []:
+        for word in words if in_options and words and words[0].startswith("-") else []:
             if not word.startswith("-") and word != "/":
                 break
             names |= {word} if word.startswith("--") else set()
