@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import os
 import shutil
@@ -253,29 +252,21 @@ def ci_install():
 
 
 # -- Parallel runs (pytest-xdist: `python -m pytest -n auto`) --------------------------------
-# A module-scoped fixture is made once per worker that uses it, so a module with one of its
-# own keeps its tests on one worker (conftest.py's shared builds are made once for all
-# workers: made_once). The modules that watch machine-wide state for their own builds'
-# processes or sockets share a worker, so that they never mistake another's for their own.
-_CHEAP_SHARED_FIXTURES = {"ci_install", "cli_app", "kbuild_bin"}
+# A module-scoped fixture is made once per worker that uses it, so each test module runs on one
+# worker (conftest.py's shared builds are made once for all workers: made_once). The modules
+# that watch machine-wide state for their own builds' processes or sockets share one worker, so
+# that they never mistake another's for their own. (A scheduler of our own: xdist's
+# `loadgroup` marks do not reach pytest 9.2's node ids.)
 _MACHINE_WIDE_WATCHERS = {"test_shared_cache", "test_build_interrupt", "test_build_concurrency",
                           "test_envstore", "test_import_process", "test_tool_processes", "test_compiler_cache"}
 
 
-def pytest_configure(config):
-    # `-n` alone means --dist load, which would split the tests sharing a build (below).
-    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") == "load":
-        config.option.dist = "loadgroup"
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
 
+    class ByModule(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "machine-wide" if Path(module).stem in _MACHINE_WIDE_WATCHERS else module
 
-def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if Path(module).stem in _MACHINE_WIDE_WATCHERS:
-            item.add_marker(pytest.mark.xdist_group("machine-wide"))
-        elif any(name not in _CHEAP_SHARED_FIXTURES and definitions[-1].scope != "function"
-                 and Path(inspect.getfile(definitions[-1].func)).name.startswith("test_")
-                 for name, definitions in item._fixtureinfo.name2fixturedefs.items()):
-            item.add_marker(pytest.mark.xdist_group(module))  # a module's own shared fixture
+    return ByModule(config, log)
