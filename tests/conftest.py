@@ -200,6 +200,16 @@ def shared_static() -> tuple[Path, Path]:
     return first, second
 
 
+@pytest.fixture(scope="session")
+def cu130_environment() -> None:
+    """The torch 2.14 CUDA 13.0 managed environment the CUDA builds use, made once per run by
+    whichever test asks first (so tests that need it never depend on the order), where nvcc is."""
+    from kernel_builder.compile.backends.cuda import nvcc_path
+
+    if nvcc_path() is not None:
+        made_once("env-torch214-cu130", lambda folder: kbuild("env", "create", "torch214-cu130", check=True))
+
+
 def run_example_tests(root: Path) -> subprocess.CompletedProcess:
     """An example's own test suite, in a fresh interpreter, against its build/ (skip
     reasons listed: `-rs`)."""

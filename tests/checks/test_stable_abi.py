@@ -195,7 +195,7 @@ def test_other_variants_skip_the_stable_abi_check(tmp_path, cpu_variant):
 
 @pytest.mark.e2e
 @pytest.mark.creates_env
-def test_a_build_in_a_newer_torch_loads_in_this_one(tmp_path, kernel):
+def test_a_build_in_a_newer_torch_loads_in_this_one(tmp_path, kernel, cu130_environment):
     """The point of the stable ABI: compiled against a newer torch's headers (a managed
     environment's), loaded by the running, older torch."""
     running = EnvChooser.from_options(create=False).primary
@@ -230,7 +230,7 @@ def _managed_newer_than(torch: tuple[int, int]) -> list[str]:
 @pytest.mark.e2e
 @pytest.mark.cuda
 @pytest.mark.creates_env
-def test_cuda_variant_builds_once_and_passes_the_check(kernel):
+def test_cuda_variant_builds_once_and_passes_the_check(kernel, cu130_environment):
     reason = managed_cuda_reason()
     if reason:
         pytest.skip(reason)
