@@ -2,7 +2,7 @@
 
 The report asks the modules that decide, rather than judging anew: each backend's own
 toolchain lookup and messages (kernel_builder.compile.backends), `kbuild variants`' verdict per
-variant of the default matrix (host.judge), `kbuild plan`'s for a kernel (plan.plan_build),
+variant of the default matrix (host.judge), `kbuild plan`'s for a kernel (plan_assembly.assemble_plan),
 the build environments (envs, envstore), the build tools and compiler cache a build would
 use, the Docker engine of `--runner docker`, and the cores, memory and disk a build takes.
 
@@ -414,15 +414,15 @@ def kernel(kernel_dir: Path, chooser) -> KernelFinding:
     """What `kbuild build KERNEL_DIR` would do per backend, and each variant the kernel
     admits for this platform, built here or why not (`kbuild plan --matrix all`)."""
     from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.pipeline.plan import plan_build
+    from kernel_builder.pipeline.plan_assembly import assemble_plan
     from kernel_builder.pipeline.selection import admitted
 
     manifest = load_manifest(kernel_dir)
-    out = manifest.root / "build"
     here = "-".join(host_platform())
-    backends = plan_build(manifest, chooser, out).rows(chooser)
+    inputs = assemble_plan(manifest, chooser=chooser)
+    backends = inputs.rows()
     mine = tuple(v for v in admitted(manifest).variants if v.platform in (None, here))
-    variants = plan_build(manifest, chooser, out, mine, skip_unbuildable=True).rows(chooser) if mine else []
+    variants = inputs.selecting(mine).rows() if mine else []
     return KernelFinding(manifest.name, str(manifest.root), tuple(backends), tuple(variants))
 
 

@@ -21,6 +21,7 @@ from kernel_builder.checks.kernel_tests import (
     tests_folder,
     variant_python,
 )
+from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import JobResult
@@ -66,3 +67,23 @@ def run_tests_on_build(
         kernel_dir, manifest, variant_dir, tuple(pytest_args),
         base_python=variant_python(variant_dir.name), capture=capture, clean_env=clean_env,
     )
+
+
+def build_and_test(
+    kernel_dir: Path,
+    *,
+    variant: str | None = None,
+    pytest_args: Sequence[str] = (),
+    capture: bool = False,
+    clean_env: bool = False,
+    on_wait: Callable[[str], None],
+) -> TestRun:
+    """`kbuild test`: build what is missing (build_for_tests), then run the kernel's tests on
+    it (run_tests_on_build). A failed build is a KbuildError: testing an older build instead
+    would report on code that is not the source's."""
+    manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=on_wait)
+    failed = failed_jobs(report)
+    if failed:
+        raise KbuildError(f"building {', '.join(r.label for r in failed)} failed: {failed[0].detail}; `kbuild build` shows the log")
+    return run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args, capture=capture,
+                              clean_env=clean_env)

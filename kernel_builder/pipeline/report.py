@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_builder.errors import KbuildError
 from kernel_builder.runners.result import BUILT, CANCELLED, CHECKED, FAILED, SKIPPED, UP_TO_DATE, JobResult
 
 
@@ -20,6 +21,13 @@ class BuildReport:
     @property
     def ok(self) -> bool:
         return all(r.ok for r in self.results)
+
+    def require_some_built(self, selection: bool) -> None:
+        """A KbuildError when every job was skipped: a build that made nothing failed (with
+        `selection`, --matrix chose the variants; else one per backend was)."""
+        if not any(r.status in (BUILT, UP_TO_DATE, CHECKED) for r in self.results):
+            skipped = "selected variant" if selection else "backend"
+            raise KbuildError(f"nothing to build for '{self.kernel}' on this machine: every {skipped} was skipped")
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)

@@ -24,6 +24,7 @@ import typer.main
 from typer.testing import CliRunner
 
 import kernel_builder.pipeline.build_kernel as pipeline
+import kernel_builder.pipeline.plan_assembly as plan_assembly
 from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.pipeline.build_kernel import build_kernel, job_settings, run_request
 from kernel_builder.pipeline.report import BuildReport
@@ -228,7 +229,7 @@ def _missing_images_are_skipped(job: Job, kernel: Path) -> bool:
 
 def _planned_with(job: Job) -> dict:
     """The keyword arguments the local runner's plan is made with (kernel_builder.pipeline.plan.plan_build)."""
-    with mock.patch.object(pipeline, "plan_build", lambda *args, **kwargs: kwargs):
+    with mock.patch.object(plan_assembly, "plan_build", lambda *args, **kwargs: kwargs):
         return job.request.plan_here()
 
 
