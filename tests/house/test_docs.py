@@ -3,20 +3,25 @@ stays a front door into it, and no page shows one machine's paths."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, kbuild_in_process
+from documented_commands import (HOME, PAGES, PLUMBING, RUN_BY_TESTS, RUN_ELSEWHERE, RUNS_HERE, RUNS_HERE_WITH, WORKSPACE,
+                                documented_commands)
 from kernel_builder.cli.main import app
 from kernel_builder.cli.reference import commands, markdown
-
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def test_the_docs_site_builds_strictly(tmp_path):
@@ -71,9 +76,225 @@ def test_the_readme_is_a_front_door_whose_links_into_docs_resolve():
     assert not [link for link in links if not (REPO / link).exists()]
 
 
+_MACHINE_PATH = re.compile(r"(?<![\w.~-])(/root/|/work/|/home/(?!me/)|/Users/|/tmp/(?!kbuild-<uid>))\S*")
+
+
 def test_no_page_shows_a_machines_own_paths():
-    """Sample outputs use neutral paths (/home/me/...), never a session's /tmp, /root or /work
-    (kbuild's own documented /tmp/kbuild-<uid>/ folders are the exception)."""
-    machine = re.compile(r"(?<![\w.~-])(/root/|/work/|/tmp/(?!kbuild-<uid>))\S*")
-    found = [f"{page.relative_to(REPO)}: {m.group(0)}" for page in PAGES for m in machine.finditer(page.read_text())]
-    assert not found, found
+    """Sample outputs use the placeholder home /home/me/... (CONTRIBUTING.md), never a real one
+    (/home/<user>, /Users/<user>, /root) or a session's /tmp or /work (kbuild's own documented
+    /tmp/kbuild-<uid>/ folders are the exception)."""
+    found = [f"{page.relative_to(REPO)}:{page.read_text()[:m.start()].count(chr(10)) + 1}: {m.group(0)}"
+             for page in PAGES for m in _MACHINE_PATH.finditer(page.read_text())]
+    assert not found, "use /home/me/... (CONTRIBUTING.md, Docs):\n" + "\n".join(found)
+    sample = "cache in /home/alice/.cache/kbuild; /home/me/.cache/kbuild; /tmp/pytest-7/relu; /tmp/kbuild-<uid>/sccache/"
+    assert [m.group(0) for m in _MACHINE_PATH.finditer(sample)] == ["/home/alice/.cache/kbuild;", "/tmp/pytest-7/relu;"]
+
+
+# --- Every command a page shows (tests/house/documented_commands.py) ---------------------------
+
+@functools.cache
+def _kbuild_command():
+    return typer.main.get_command(app)
+
+
+def _kbuild_context(words: tuple[str, ...]) -> tuple[str, str | None]:
+    """Parse `kbuild ...` with the real app as the shell would hand it over, invoking nothing:
+    (the command's path, None) or (its path, the error the parser gives)."""
+    command, parent, path, rest = _kbuild_command(), None, ["kbuild"], list(words[1:])
+    while hasattr(command, "list_commands") and rest:
+        context = typer.Context(command, info_name=path[-1], parent=parent)
+        if rest[0] not in command.list_commands(context):
+            break
+        command, parent, path = command.get_command(context, rest[0]), context, [*path, rest.pop(0)]
+    try:
+        command.make_context(path[-1], rest, parent=parent)
+    except typer.Exit as done:  # an eager option (--version, --help) ends parsing early
+        return " ".join(path), None if done.exit_code == 0 else f"exit {done.exit_code}"
+    except Exception as error:  # click's, which typer may vendor: a usage error or a bad value
+        if not hasattr(error, "format_message"):
+            raise
+        return " ".join(path), error.format_message()
+    return " ".join(path), None
+
+
+def _runs_here(segment) -> bool:
+    if segment.words[0] != "kbuild":
+        return False
+    path, _ = _kbuild_context(segment.words)
+    return path in RUNS_HERE or path in RUNS_HERE_WITH and RUNS_HERE_WITH[path] in segment.words
+
+
+def _needs_a_test(segment) -> bool:
+    return segment.words[0] not in PLUMBING and not _runs_here(segment)
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_pages_show_commands_and_the_reader_finds_them():
+    """The extraction sees what a reader sees: a prompt's command, a prompt-less bash block's
+    lines, continuations joined, sample output kept apart."""
+    shown = {command.text for command in COMMANDS}
+    assert "pip install '.[torch,kernels]' && kbuild demo" in shown
+    assert any(text.startswith("kbuild build examples/swiglu --runner docker") and text.endswith("x86_64-linux")
+               for text in shown), "a continued line is one command"
+    doctor = next(command for command in COMMANDS if command.text == "kbuild doctor")
+    assert "builds cpu, cuda" in doctor.output and "$" not in doctor.output.split("\n", 1)[0]
+
+
+def test_every_documented_kbuild_command_parses_with_the_real_app():
+    wrong = _parse_problems(COMMANDS)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_documented_command_is_run_by_the_docs_check_or_a_named_test():
+    """A command a page shows is run here (RUNS_HERE), or named in RUN_BY_TESTS with a test whose
+    source holds its program, subcommands and flags, or in RUN_ELSEWHERE with why no test can."""
+    problems = _coverage_problems(COMMANDS)
+    used = {segment.key for command in COMMANDS for segment in command.segments()}
+    problems += [f"tests/house/documented_commands.py: `{key}` is on no page any more: remove it"
+                 for key in sorted((set(RUN_BY_TESTS) | set(RUN_ELSEWHERE)) - used)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_new_command_without_a_test_or_with_a_wrong_option_fails_naming_its_page_and_line(tmp_path):
+    page = tmp_path / "new-guide.md"
+    page.write_text("# New\n\n```bash\n$ kbuild plan examples/relu --matrix cpu\n...\n"
+                    "$ kbuild build examples/relu --no-such-flag\n$ kbuild publish relu --tag v9.0.0 \\\n"
+                    "    --repo-id me/relu\n```\n")
+    commands = documented_commands([page])
+    assert [command.line for command in commands] == [4, 6, 7]
+    where = f"{page}:"
+    assert _parse_problems(commands) == [f"{where}6: `kbuild build examples/relu --no-such-flag`: No such option: --no-such-flag"]
+    assert _coverage_problems(commands) == [
+        f"{where}6: `kbuild build examples/relu --no-such-flag` is run by no test: add it to RUN_BY_TESTS in "
+        "tests/house/documented_commands.py with the test that runs it",
+        f"{where}7: `kbuild publish relu --tag v9.0.0 --repo-id me/relu` is run by no test: add it to RUN_BY_TESTS in "
+        "tests/house/documented_commands.py with the test that runs it"]
+
+
+def _parse_problems(commands) -> list[str]:
+    return [f"{command.where}: `{segment.key}`: {error}" for command in commands for segment in command.segments()
+            if segment.words[0] == "kbuild" for _, error in [_kbuild_context(segment.words)] if error]
+
+
+def _coverage_problems(commands) -> list[str]:
+    problems = []
+    for command in commands:
+        for segment in filter(_needs_a_test, command.segments()):
+            if segment.key in RUN_ELSEWHERE:
+                program = _program(segment.words)
+                if "/" in program and not (REPO / program).exists():
+                    problems.append(f"{command.where}: `{segment.key}`: {program} does not exist")
+                continue
+            node = RUN_BY_TESTS.get(segment.key)
+            if node is None:
+                problems.append(f"{command.where}: `{segment.key}` is run by no test: add it to RUN_BY_TESTS in "
+                                "tests/house/documented_commands.py with the test that runs it")
+                continue
+            missing = _missing_from_test(node, segment.words)
+            if missing:
+                problems.append(f"{command.where}: `{segment.key}`: {node} {missing}")
+    return problems
+
+
+def _missing_from_test(node: str, words: tuple[str, ...]) -> str | None:
+    """None when the test `node` (file::function) exists and its source holds the words that make
+    the invocation (program, kbuild subcommands, option flags), else what is missing."""
+    file, _, name = node.partition("::")
+    path = REPO / file
+    if not path.is_file():
+        return "does not exist"
+    source = path.read_text()
+    function = next((node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                     and node.name == name.split("[")[0].split("::")[-1]), None)
+    if function is None:
+        return "does not exist"
+    body = "\n".join(_test_source(source, function))
+    missing = [shown for shown, pattern in _invocation_patterns(words) if not re.search(pattern, body)]
+    return f"does not run it: its source lacks {missing}" if missing else None
+
+
+def _test_source(source: str, function: ast.AST) -> list[str]:
+    """The test's source and that of the module-level helpers, fixtures and tables it names,
+    and those they name (a test that runs the command through a helper or a table of cases)."""
+    definitions = {}
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for name in [getattr(node, "name", None), *(getattr(target, "id", None) for target in targets)]:
+            if name:
+                definitions[name] = node
+    found, pending = [function], [function]
+    while pending:
+        for node in ast.walk(pending.pop()):
+            name = node.id if isinstance(node, ast.Name) else node.arg if isinstance(node, ast.arg) else None
+            if name in definitions and definitions[name] not in found:
+                found.append(definitions[name])
+                pending.append(definitions[name])
+    return [ast.get_source_segment(source, node) for node in found]
+
+
+def _invocation_patterns(words: tuple[str, ...]) -> list[tuple[str, str]]:
+    """What a test that runs the segment holds, as (what to name when missing, a pattern): a
+    kbuild command's path as consecutive string literals (`"env", "create"`), the program's
+    name otherwise, and each option flag as a string literal of its own."""
+    quoted = r"[\"']{}[\"'=]"
+    if words[0] == "kbuild":
+        path = _kbuild_context(words)[0].split()[1:]
+        program = [(" ".join(path), r"\s*,\s*".join(quoted.format(re.escape(word)) for word in path))] if path else []
+    elif words[:2] in (("python", "-c"), ("python3", "-c")):  # a snippet: the calls it makes into the modules it imports
+        modules = set(re.findall(r"import ([\w, ]+)", words[2])[0].replace(" ", "").split(",")) - {"torch"}
+        return [(call, re.escape(call)) for call in dict.fromkeys(re.findall(rf"\.(\w+)\(", words[2]))
+                if re.search(rf"\b({'|'.join(modules)})\.{call}\(", words[2])]
+    else:
+        name = Path(_program(words)).name
+        program = [(name, rf"(?<=[\"'\s/]){re.escape(name)}(?=[\"'\s])")]
+    flags = [word.split("=")[0] for word in words[1:] if word.startswith("-")]
+    return program + [(flag, quoted.format(re.escape(flag))) for flag in dict.fromkeys(flags)]
+
+
+def _program(words: tuple[str, ...]) -> str:
+    """The program a segment runs: a python script's path, else its first word."""
+    if words[0].startswith("python"):
+        return next((word for word in words[1:] if not word.startswith("-")), words[0])
+    return words[0]
+
+
+def _workspace(folder: Path) -> Path:
+    for name, source in WORKSPACE.items():
+        shutil.copytree(REPO / source, folder / name, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    return folder
+
+
+def _expected_status(command, segment_index: int, segments) -> int | None:
+    """What the page says the segment exits with: N from a following `echo "exit N"` (None: any
+    non-zero, from a `kbuild: error:` in the sample output), else 0."""
+    for later in segments[segment_index + 1:]:
+        if later.words[:1] == ("echo",):
+            shown = re.search(r"^exit (\d+)$", command.output, re.M)
+            return int(shown.group(1)) if shown else 0
+    last_kbuild = max(index for index, segment in enumerate(segments) if segment.words[0] == "kbuild")
+    return None if "kbuild: error:" in command.output and segment_index == last_kbuild else 0
+
+
+@pytest.mark.parametrize("page", sorted({command.page for command in COMMANDS if any(map(_runs_here, command.segments()))}),
+                         ids=lambda page: str(page.relative_to(REPO)))
+def test_the_commands_that_run_here_exit_as_the_page_shows(page, tmp_path):
+    """A page's cheap kbuild commands, in page order, in a workspace of copies (WORKSPACE; `/home/me` is
+    that folder), each with the exit status its page shows."""
+    workspace, wrong = _workspace(tmp_path), []
+    for command in (command for command in COMMANDS if command.page == page):
+        segments = command.segments()
+        for index, segment in enumerate(segments):
+            if not _runs_here(segment):
+                continue
+            words = [word.replace(HOME, str(workspace)) for word in segment.words[1:]]
+            env = {"KBUILD_ENVS_DIR": str(workspace / ".envs"), **dict(assignment.split("=", 1) for assignment in segment.env)}
+            done = kbuild_in_process(*words, cwd=workspace, env=env)
+            if segment.stdout_to:
+                (workspace / segment.stdout_to).write_text(done.stdout)
+            expected = _expected_status(command, index, segments)
+            if done.returncode != expected and not (expected is None and done.returncode != 0):
+                wrong.append(f"{command.where}: `{segment.key}` exited {done.returncode}, the page shows "
+                             f"{'an error' if expected is None else expected}: {done.stderr.strip()[-500:]}")
+    assert not wrong, "\n".join(wrong)
