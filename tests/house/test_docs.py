@@ -157,7 +157,7 @@ def test_every_documented_command_is_run_by_the_docs_check_or_a_named_test():
     assert not problems, "\n".join(problems)
 
 
-def test_a_new_command_without_a_test_or_with_a_wrong_option_fails_naming_its_page_and_line(tmp_path):
+def test_a_new_command_without_a_test_or_with_a_wrong_option_fails_naming_its_page_and_line(tmp_path, monkeypatch):
     page = tmp_path / "new-guide.md"
     page.write_text("# New\n\n```bash\n$ kbuild plan examples/relu --matrix cpu\n...\n"
                     "$ kbuild build examples/relu --no-such-flag\n$ kbuild publish relu --tag v9.0.0 \\\n"
@@ -171,6 +171,12 @@ def test_a_new_command_without_a_test_or_with_a_wrong_option_fails_naming_its_pa
         "tests/house/documented_commands.py with the test that runs it",
         f"{where}7: `kbuild publish relu --tag v9.0.0 --repo-id me/relu` is run by no test: add it to RUN_BY_TESTS in "
         "tests/house/documented_commands.py with the test that runs it"]
+    # A line naming a test that is not there, or one that does not run the command, is refused.
+    for node, says in [("tests/cli/test_dev.py::test_no_such_test", "does not exist"),
+                       ("tests/cli/test_dev.py::test_watch_reruns_after_a_save",
+                        "does not run it: its source lacks ['publish', '--tag', '--repo-id']")]:
+        monkeypatch.setitem(RUN_BY_TESTS, "kbuild publish relu --tag v9.0.0 --repo-id me/relu", node)
+        assert _coverage_problems(commands)[-1] == f"{where}7: `kbuild publish relu --tag v9.0.0 --repo-id me/relu`: {node} {says}"
 
 
 def _parse_problems(commands) -> list[str]:
@@ -202,28 +208,32 @@ def _missing_from_test(node: str, words: tuple[str, ...]) -> str | None:
     """None when the test `node` (file::function) exists and its source holds the words that make
     the invocation (program, kbuild subcommands, option flags), else what is missing."""
     file, _, name = node.partition("::")
-    path = REPO / file
-    if not path.is_file():
+    if not (REPO / file).is_file():
         return "does not exist"
-    source = path.read_text()
-    function = next((node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-                     and node.name == name.split("[")[0].split("::")[-1]), None)
-    if function is None:
+    lines, definitions = _module(REPO / file)
+    function = definitions.get(name.split("[")[0].split("::")[-1])
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
         return "does not exist"
-    body = "\n".join(_test_source(source, function))
+    body = "\n".join(_test_source(lines, definitions, function))
     missing = [shown for shown, pattern in _invocation_patterns(words) if not re.search(pattern, body)]
     return f"does not run it: its source lacks {missing}" if missing else None
 
 
-def _test_source(source: str, function: ast.AST) -> list[str]:
-    """The test's source and that of the module-level helpers, fixtures and tables it names,
-    and those they name (a test that runs the command through a helper or a table of cases)."""
-    definitions = {}
+@functools.cache
+def _module(path: Path) -> tuple[list[str], dict[str, ast.AST]]:
+    """A test module's lines and its top-level definitions by name (functions, classes, tables)."""
+    source, definitions = path.read_text(), {}
     for node in ast.parse(source).body:
         targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
         for name in [getattr(node, "name", None), *(getattr(target, "id", None) for target in targets)]:
             if name:
                 definitions[name] = node
+    return source.splitlines(), definitions
+
+
+def _test_source(lines: list[str], definitions: dict[str, ast.AST], function: ast.AST) -> list[str]:
+    """The test's source and that of the module-level helpers, fixtures and tables it names,
+    and those they name (a test that runs the command through a helper or a table of cases)."""
     found, pending = [function], [function]
     while pending:
         for node in ast.walk(pending.pop()):
@@ -231,7 +241,7 @@ def _test_source(source: str, function: ast.AST) -> list[str]:
             if name in definitions and definitions[name] not in found:
                 found.append(definitions[name])
                 pending.append(definitions[name])
-    return [ast.get_source_segment(source, node) for node in found]
+    return ["\n".join(lines[node.lineno - 1:node.end_lineno]) for node in found]
 
 
 def _invocation_patterns(words: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -282,8 +292,22 @@ def _expected_status(command, segment_index: int, segments) -> int | None:
 def test_the_commands_that_run_here_exit_as_the_page_shows(page, tmp_path):
     """A page's cheap kbuild commands, in page order, in a workspace of copies (WORKSPACE; `/home/me` is
     that folder), each with the exit status its page shows."""
-    workspace, wrong = _workspace(tmp_path), []
-    for command in (command for command in COMMANDS if command.page == page):
+    wrong = _run_here_problems([command for command in COMMANDS if command.page == page], _workspace(tmp_path))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_command_that_exits_otherwise_than_its_page_shows_is_named(tmp_path):
+    page = tmp_path / "matrix.md"
+    page.write_text("```bash\n$ kbuild plan examples/relu --matrix 'backend=metal arch=x86_64'\n"
+                    "$ kbuild plan examples/relu --matrix 'backend=cpu' --json > plan.json && kbuild ci matrix plan.json\n```\n")
+    wrong = _run_here_problems(documented_commands([page]), _workspace(tmp_path / "workspace"))
+    assert len(wrong) == 1 and wrong[0].startswith(f"{page}:2: `kbuild plan examples/relu --matrix 'backend=metal "
+                                                   "arch=x86_64'` exited 2, the page shows 0: kbuild: error:"), wrong
+
+
+def _run_here_problems(commands, workspace: Path) -> list[str]:
+    wrong = []
+    for command in commands:
         segments = command.segments()
         for index, segment in enumerate(segments):
             if not _runs_here(segment):
@@ -297,4 +321,4 @@ def test_the_commands_that_run_here_exit_as_the_page_shows(page, tmp_path):
             if done.returncode != expected and not (expected is None and done.returncode != 0):
                 wrong.append(f"{command.where}: `{segment.key}` exited {done.returncode}, the page shows "
                              f"{'an error' if expected is None else expected}: {done.stderr.strip()[-500:]}")
-    assert not wrong, "\n".join(wrong)
+    return wrong
