@@ -31,6 +31,8 @@ WORKSPACE = {
     "relu": "examples/relu",
     "fused": "tests/fixtures/fused",
     "tiny": "tests/fixtures/tiny",
+    "A/swiglu": "examples/swiglu",  # two runners' checkouts (shared-cache.md)
+    "B/swiglu": "examples/swiglu",
 }
 HOME = "/home/me"
 
@@ -42,6 +44,9 @@ RUNS_HERE = {"kbuild init", "kbuild plan", "kbuild variants", "kbuild migrate", 
              "kbuild ci matrix", "kbuild env list", "kbuild env prune", "kbuild version", "kbuild"}
 # ... and these only with the flag that keeps them from doing the costly part.
 RUNS_HERE_WITH = {"kbuild docker build-images": "--dry-run"}
+# ... and these where the page shows them refused (a `kbuild: error:` line): a refused build
+# stops before any work, with the very error line the page shows.
+RUNS_HERE_WHEN_REFUSED = {"kbuild build"}
 
 # Shell plumbing around the commands that matter (setting a variable, clearing a folder,
 # filtering an output): shown for context, run by no check.
@@ -90,11 +95,6 @@ RUN_BY_TESTS = {
     "kbuild build examples/relu --variant-names new":
         "tests/pipeline/test_variants.py::test_build_names_new_style_and_both_runtimes_load_it",
     "kbuild build examples/relu": "tests/pipeline/test_variants.py::test_switching_styles_leaves_one_folder_per_build",
-    # docs/guides/matrix.md
-    "kbuild build examples/relu --matrix 'backend=metal torch=2.14'":
-        "tests/pipeline/test_selection.py::test_build_matrix_builds_the_selection_and_reports_what_it_skips",
-    "kbuild build examples/relu --matrix cpu":
-        "tests/pipeline/test_selection.py::test_build_matrix_builds_the_selection_and_reports_what_it_skips",
     # docs/guides/publishing.md
     "kbuild publish relu --tag v1.0.0 --repo-id kernels-community/relu --dry-run":
         "tests/publish/test_publish.py::test_dry_run_prints_the_plan_and_touches_nothing",
@@ -114,8 +114,6 @@ RUN_BY_TESTS = {
         "tests/compile/test_shared_cache.py::test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache",
     "kbuild build /home/me/B/swiglu --variant torch213-cxx11-cpu-x86_64-linux --compiler-cache-tool sccache":
         "tests/compile/test_shared_cache.py::test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache",
-    "kbuild build /home/me/B/swiglu --dist-scheduler http://127.0.0.1:10600":
-        "tests/compile/test_shared_cache.py::test_a_scheduler_that_does_not_answer_fails_in_one_line_or_falls_back",
     # docs/guides/testing.md
     "kbuild test tests/fixtures/tested":
         "tests/checks/test_kernel_tests.py::test_own_tests_pass_by_python_name_and_get_kernel_with_device_skip_counted",

@@ -18,7 +18,8 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import REPO, kbuild_in_process
-from documented_commands import (HOME, PAGES, PLUMBING, RUN_BY_TESTS, RUN_ELSEWHERE, RUNS_HERE, RUNS_HERE_WITH, WORKSPACE,
+from documented_commands import (HOME, PAGES, PLUMBING, RUN_BY_TESTS, RUN_ELSEWHERE, RUNS_HERE, RUNS_HERE_WHEN_REFUSED,
+                                RUNS_HERE_WITH, WORKSPACE,
                                 documented_commands)
 from kernel_builder.cli.main import app
 from kernel_builder.cli.reference import commands, markdown
@@ -117,15 +118,23 @@ def _kbuild_context(words: tuple[str, ...]) -> tuple[str, str | None]:
     return " ".join(path), None
 
 
-def _runs_here(segment) -> bool:
+def _runs_here(segment, command) -> bool:
     if segment.words[0] != "kbuild":
         return False
     path, _ = _kbuild_context(segment.words)
-    return path in RUNS_HERE or path in RUNS_HERE_WITH and RUNS_HERE_WITH[path] in segment.words
+    return (path in RUNS_HERE or path in RUNS_HERE_WITH and RUNS_HERE_WITH[path] in segment.words
+            or path in RUNS_HERE_WHEN_REFUSED and _shown_error(command, segment) is not None)
 
 
-def _needs_a_test(segment) -> bool:
-    return segment.words[0] not in PLUMBING and not _runs_here(segment)
+def _needs_a_test(segment, command) -> bool:
+    return segment.words[0] not in PLUMBING and not _runs_here(segment, command)
+
+
+def _shown_error(command, segment) -> str | None:
+    """The `kbuild: error:` line the page shows for the command's last kbuild segment, if any."""
+    kbuild_segments = [each for each in command.segments() if each.words[0] == "kbuild"]
+    shown = re.search(r"^kbuild: error: .*$", command.output, re.M)
+    return shown.group(0) if shown and kbuild_segments[-1] == segment else None
 
 
 COMMANDS = documented_commands()
@@ -187,7 +196,7 @@ def _parse_problems(commands) -> list[str]:
 def _coverage_problems(commands) -> list[str]:
     problems = []
     for command in commands:
-        for segment in filter(_needs_a_test, command.segments()):
+        for segment in (segment for segment in command.segments() if _needs_a_test(segment, command)):
             if segment.key in RUN_ELSEWHERE:
                 program = _program(segment.words)
                 if "/" in program and not (REPO / program).exists():
@@ -283,11 +292,11 @@ def _expected_status(command, segment_index: int, segments) -> int | None:
         if later.words[:1] == ("echo",):
             shown = re.search(r"^exit (\d+)$", command.output, re.M)
             return int(shown.group(1)) if shown else 0
-    last_kbuild = max(index for index, segment in enumerate(segments) if segment.words[0] == "kbuild")
-    return None if "kbuild: error:" in command.output and segment_index == last_kbuild else 0
+    return None if _shown_error(command, segments[segment_index]) else 0
 
 
-@pytest.mark.parametrize("page", sorted({command.page for command in COMMANDS if any(map(_runs_here, command.segments()))}),
+@pytest.mark.parametrize("page", sorted({command.page for command in COMMANDS
+                                 if any(_runs_here(segment, command) for segment in command.segments())}),
                          ids=lambda page: str(page.relative_to(REPO)))
 def test_the_commands_that_run_here_exit_as_the_page_shows(page, tmp_path):
     """A page's cheap kbuild commands, in page order, in a workspace of copies (WORKSPACE; `/home/me` is
@@ -310,15 +319,17 @@ def _run_here_problems(commands, workspace: Path) -> list[str]:
     for command in commands:
         segments = command.segments()
         for index, segment in enumerate(segments):
-            if not _runs_here(segment):
+            if not _runs_here(segment, command):
                 continue
             words = [word.replace(HOME, str(workspace)) for word in segment.words[1:]]
             env = {"KBUILD_ENVS_DIR": str(workspace / ".envs"), **dict(assignment.split("=", 1) for assignment in segment.env)}
             done = kbuild_in_process(*words, cwd=workspace, env=env)
             if segment.stdout_to:
                 (workspace / segment.stdout_to).write_text(done.stdout)
-            expected = _expected_status(command, index, segments)
+            expected, shown_error = _expected_status(command, index, segments), _shown_error(command, segment)
             if done.returncode != expected and not (expected is None and done.returncode != 0):
                 wrong.append(f"{command.where}: `{segment.key}` exited {done.returncode}, the page shows "
                              f"{'an error' if expected is None else expected}: {done.stderr.strip()[-500:]}")
+            elif shown_error and shown_error not in done.stderr.splitlines():
+                wrong.append(f"{command.where}: `{segment.key}` says {done.stderr.strip()[-500:]!r}, the page shows {shown_error!r}")
     return wrong
