@@ -211,6 +211,33 @@ def _block_commands(page: Path, first_line: int, body: list[str], language: str)
     return found
 
 
+def inline_commands(pages: list[Path] = PAGES) -> list[Command]:
+    """The `kbuild ...` code spans of the pages' prose (fenced blocks left out): a command's name,
+    often without its arguments, so only its subcommands and options are checked."""
+    found = []
+    for page in pages:
+        text = page.read_text()
+        fenced = [range(start, end) for start, end in _fenced_spans(text)]
+        for span in re.finditer(r"(?<!`)`(kbuild(?: [\w-][^`]*)?)`(?!`)", text):
+            if not any(span.start() in block for block in fenced):
+                command = re.sub(r"\$\{\{[^}]*\}\}", "EXPR", span.group(1))  # a GitHub Actions expression: one word
+                found.append(Command(page, text.count("\n", 0, span.start()) + 1, command, ""))
+    return found
+
+
+def _fenced_spans(text: str) -> list[tuple[int, int]]:
+    lines, spans, offset, opened = text.splitlines(keepends=True), [], 0, None
+    for line in lines:
+        fence = _FENCE.match(line)
+        if fence and opened is None:
+            opened = (offset, fence.group(1))
+        elif opened and re.match(rf"^\s*{re.escape(opened[1][0])}{{{len(opened[1])},}}\s*$", line):
+            spans.append((opened[0], offset + len(line)))
+            opened = None
+        offset += len(line)
+    return spans
+
+
 def split_segments(text: str) -> list[Segment]:
     lexer = shlex.shlex(text, posix=True, punctuation_chars="&|;<>")
     lexer.whitespace_split = True
@@ -230,7 +257,7 @@ def _segment(words: list[str]) -> Segment:
     while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
         env.append(words.pop(0))
     stdout_to = None
-    if ">" in words:
+    if ">" in words[:-1]:
         at = words.index(">")
         stdout_to, words = words[at + 1], words[:at]
     return Segment(tuple(words), tuple(env), stdout_to)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from conftest import REPO, kbuild_in_process
 from documented_commands import (HOME, PAGES, PLUMBING, RUN_BY_TESTS, RUN_ELSEWHERE, RUNS_HERE, RUNS_HERE_WHEN_REFUSED,
                                 RUNS_HERE_WITH, WORKSPACE,
-                                documented_commands)
+                                documented_commands, inline_commands)
 from kernel_builder.cli.main import app
 from kernel_builder.cli.reference import commands, markdown
 
@@ -107,6 +107,8 @@ def _kbuild_context(words: tuple[str, ...]) -> tuple[str, str | None]:
         if rest[0] not in command.list_commands(context):
             break
         command, parent, path = command.get_command(context, rest[0]), context, [*path, rest.pop(0)]
+    if hasattr(command, "list_commands") and rest and not rest[0].startswith("-"):
+        return " ".join(path), f"No such command '{rest[0]}'."
     try:
         command.make_context(path[-1], rest, parent=parent)
     except typer.Exit as done:  # an eager option (--version, --help) ends parsing early
@@ -154,6 +156,24 @@ def test_the_pages_show_commands_and_the_reader_finds_them():
 def test_every_documented_kbuild_command_parses_with_the_real_app():
     wrong = _parse_problems(COMMANDS)
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_kbuild_command_named_in_prose_has_those_subcommands_and_options():
+    """`kbuild ...` in a sentence may leave out what a run needs (`kbuild publish`) or stand for
+    any command (`kbuild COMMAND --help`), never name a command or an option that does not exist."""
+    incomplete = re.compile(r"Missing |requires an argument|Usage: |No such command '[A-Z_]+'")
+    wrong = [problem for problem in _parse_problems(inline_commands()) if not incomplete.search(problem)]
+    assert len(inline_commands()) > 50 and not wrong, "\n".join(wrong)
+
+
+def test_a_sentence_naming_a_missing_command_or_option_is_caught(tmp_path):
+    page = tmp_path / "prose.md"
+    page.write_text("Run `kbuild publish`, then `kbuild envs list`\nor `kbuild build --no-such`.\n\n"
+                    "```bash\n$ kbuild plan `kbuild --no-such`\n```\n")
+    assert _parse_problems(inline_commands([page])) == [
+        f"{page}:1: `kbuild publish`: Missing option '--tag' / '-t'.",
+        f"{page}:1: `kbuild envs list`: No such command 'envs'.",
+        f"{page}:2: `kbuild build --no-such`: No such option: --no-such"]
 
 
 def test_every_documented_command_is_run_by_the_docs_check_or_a_named_test():
