@@ -6,7 +6,7 @@ goes on on the next one; `#` starts a comment. A command line is split into segm
 `&&`, `||`, `;` and `|`; each segment is one program's words, without `NAME=value` prefixes
 and `> file` redirections.
 
-tests/house/test_docs.py parses every `kbuild` segment with the real app, runs the ones in
+tests/house/test_documented_commands.py parses every `kbuild` segment with the real app, runs the ones in
 RUNS_HERE in a workspace of copies (WORKSPACE), and asks every other segment to be in
 RUN_BY_TESTS (a test that runs it) or RUN_ELSEWHERE (why no test can): a command added to a
 page without either fails there, naming the page and line.
