@@ -37,11 +37,14 @@ WORKSPACE = {
 HOME = "/home/me"
 
 # kbuild commands cheap and hermetic enough for the fast lane: the docs check runs them (in
-# this process, with a managed-environment store of their own: `env prune` prunes that one) and expects the exit status the page shows (an `echo "exit N"` after it, or a
+# this process) and expects the exit status the page shows (an `echo "exit N"` after it, or a
 # `kbuild: error:` line in its sample output: non-zero; otherwise 0).
 # (`kbuild doctor` is not one: its first probe of every toolchain takes about a minute.)
 RUNS_HERE = {"kbuild init", "kbuild plan", "kbuild variants", "kbuild migrate", "kbuild ci github",
              "kbuild ci matrix", "kbuild env list", "kbuild env prune", "kbuild version", "kbuild"}
+# These get a managed-environment store of their own (they would change the suite's); the others
+# read the suite's, whose recorded pip answers spare them half a minute of pip.
+OWN_ENVIRONMENT_STORE = {"kbuild env prune"}
 # ... and these only with the flag that keeps them from doing the costly part.
 RUNS_HERE_WITH = {"kbuild docker build-images": "--dry-run"}
 # ... and these where the page shows them refused (a `kbuild: error:` line): a refused build

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 from conftest import REPO, kbuild_in_process
-from documented_commands import (HOME, PLUMBING, RUN_BY_TESTS, RUN_ELSEWHERE, RUNS_HERE, RUNS_HERE_WHEN_REFUSED,
+from documented_commands import (HOME, OWN_ENVIRONMENT_STORE, PLUMBING, RUN_BY_TESTS, RUN_ELSEWHERE, RUNS_HERE, RUNS_HERE_WHEN_REFUSED,
                                 RUNS_HERE_WITH, WORKSPACE, documented_commands, inline_commands)
 from kernel_builder.cli.main import app
 
@@ -268,7 +268,9 @@ def _run_here_problems(commands, workspace: Path) -> list[str]:
             if not _runs_here(segment, command):
                 continue
             words = [word.replace(HOME, str(workspace)) for word in segment.words[1:]]
-            env = {"KBUILD_ENVS_DIR": str(workspace / ".envs"), **dict(assignment.split("=", 1) for assignment in segment.env)}
+            own_store = _kbuild_context(segment.words)[0] in OWN_ENVIRONMENT_STORE
+            env = {**({"KBUILD_ENVS_DIR": str(workspace / ".envs")} if own_store else {}),
+                   **dict(assignment.split("=", 1) for assignment in segment.env)}
             done = kbuild_in_process(*words, cwd=workspace, env=env)
             if segment.stdout_to:
                 (workspace / segment.stdout_to).write_text(done.stdout)
