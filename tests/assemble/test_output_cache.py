@@ -259,3 +259,10 @@ def test_the_environment_names_the_store_and_the_flag_wins(monkeypatch, tmp_path
     monkeypatch.setenv("KBUILD_OUTPUT_CACHE_MODE", "read")
     assert output_cache_for() == OutputCache(str(tmp_path / "env"), "read")
     assert output_cache_for(str(tmp_path / "flag"), "readwrite") == OutputCache(str(tmp_path / "flag"), "readwrite")
+
+
+def test_a_bad_mode_flag_fails_before_any_work():
+    from kernel_builder.pipeline.options import BuildOptions
+
+    with pytest.raises(UsageError, match="--output-cache-mode must be one of readwrite, read, got 'write'"):
+        BuildOptions(output_cache="/tmp/store", output_cache_mode="write")
