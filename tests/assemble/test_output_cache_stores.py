@@ -1,18 +1,21 @@
 """The output cache against real stores on loopback, through their fsspec backends: an HTTP
-server (read-only: entries other builds uploaded) and an S3 API server (moto's server mode,
-through s3fs): an entry uploaded by one build is a verified hit for the next, a tampered one
-is refused."""
+server (read-only: entries other builds uploaded), an S3 API server (moto's server mode,
+through s3fs) and the test Hub (huggingface_hub's HfFileSystem): an entry uploaded by one build is a verified hit for the next, a tampered one
+is refused (tampered, truncated)."""
 
 from __future__ import annotations
 
 import functools
 import http.server
 import io
+import json
+import os
 import subprocess
 import sys
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +100,44 @@ def test_an_s3_store_round_trips_and_refuses_a_truncated_entry(s3_server, tmp_pa
     s3.invalidate_cache()
     hit, warnings = fetch(OutputCache("s3://kernels/relu"), tmp_path / "again" / VARIANT)
     assert not hit and len(warnings) == 1 and "refused" in warnings[0]
+
+
+# huggingface_hub reads HF_ENDPOINT when it is imported: the Hub's client runs in a subprocess.
+_HUB_CLIENT = """
+import json, sys
+from pathlib import Path
+sys.path[:0] = sys.argv[1:3]
+from test_output_cache import ID, VARIANT, fetch, make_variant
+from kernel_builder.assemble.output_cache import OutputCache
+cache, tmp = OutputCache(sys.argv[3]), Path(sys.argv[4])
+stored = cache.store(ID, make_variant(tmp / "built" / VARIANT)) if sys.argv[5] == "store" else None
+print(json.dumps({"stored": stored, "fetched": fetch(cache, tmp / "out" / VARIANT)}))
+"""
+
+
+def test_a_hub_repo_is_a_store_through_hffilesystem(hub, tmp_path):
+    from huggingface_hub import HfApi
+
+    from hub_fixture import hub_env
+
+    api = HfApi(endpoint=hub.endpoint, token=hub.write_token)
+    repo = f"{api.whoami()['name']}/kernel-cache"
+    api.create_repo(repo, repo_type="dataset")
+    tests = Path(__file__).resolve().parents[1]
+
+    def client(step: str, folder: str) -> dict:
+        argv = [sys.executable, "-c", _HUB_CLIENT, str(tests), str(tests / "assemble"), f"hf://datasets/{repo}/relu",
+                str(tmp_path / folder), step]
+        done = subprocess.run(argv, env=dict(os.environ, **hub_env(hub, tmp_path)), capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    assert client("store", "first") == {"stored": True, "fetched": [True, []]}
+    entry = api.hf_hub_download(repo, f"relu/{ID}.tar", repo_type="dataset", cache_dir=tmp_path / "dl")
+    data = Path(entry).read_bytes()
+    (tmp_path / "truncated.tar").write_bytes(data[: len(data) // 2])
+    api.upload_file(path_or_fileobj=str(tmp_path / "truncated.tar"), path_in_repo=f"relu/{ID}.tar", repo_id=repo,
+                    repo_type="dataset")  # truncated
+    second = client("fetch", "second")
+    assert second["stored"] is None and second["fetched"][0] is False
+    assert len(second["fetched"][1]) == 1 and "refused" in second["fetched"][1][0]
