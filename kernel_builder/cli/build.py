@@ -118,6 +118,17 @@ def build(
         "makes; it replaces a full build in the output folder, so give it its own --out).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report (every job, its checks, cache hits) on stdout."),
+    output_cache: Optional[str] = typer.Option(
+        None, "--output-cache", metavar="URL",
+        help="A store of built variants keyed by each job's input id: a verified entry is installed instead of "
+        "compiling, a new build is uploaded. A folder, file://, s3://, gs://, hf:// or http(s):// (read-only) URL "
+        "(default: $KBUILD_OUTPUT_CACHE; see docs/guides/output-cache.md).",
+    ),
+    output_cache_mode: Optional[str] = typer.Option(
+        None, "--output-cache-mode", metavar="MODE",
+        help="readwrite (default) or read: look up but never upload, for builds of untrusted code such as pull "
+        "requests from forks (default: $KBUILD_OUTPUT_CACHE_MODE).",
+    ),
 ) -> None:
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
     from rich.markup import escape
@@ -134,6 +145,7 @@ def build(
         nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, compiler_cache_tool=compiler_cache_tool,
         dist_scheduler=dist_scheduler, dist_token=dist_token, dist_fallback_local=dist_fallback_local, fail_fast=fail_fast,
         import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image, cuda_arch=cuda_arch or (),
+        output_cache=output_cache, output_cache_mode=output_cache_mode,
     )
     _, report = build_kernel(
         kernel_dir, options, say=say, progress=progress_for(console, quiet=as_json),
@@ -176,7 +188,8 @@ def _print_build_report(console, report) -> None:
             table.add_column(column, justify=justify, no_wrap=True)
         for r in jobs:
             hits = f"{r.compiler_cache.hits}/{r.compiler_cache.hits + r.compiler_cache.misses}" if r.compiler_cache else ""
-            table.add_row(escape(r.label), f"[{style.get(r.status, 'bold')}]{r.status}[/]", f"{r.seconds:.1f} s", human_size(r.size), hits)
+            status = f"{r.status} ({r.detail})" if r.status == "up-to-date" and r.detail else r.status
+            table.add_row(escape(r.label), f"[{style.get(r.status, 'bold')}]{escape(status)}[/]", f"{r.seconds:.1f} s", human_size(r.size), hits)
         print_table(console, table)
     for r in jobs:
         if r.status in ("failed", "cancelled", "checked"):

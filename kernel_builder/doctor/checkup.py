@@ -27,6 +27,7 @@ from pathlib import Path
 from kernel_builder.compile.backends import backend_names, get_backend, tool_version
 from kernel_builder.compile.backends.base import dotted, short_version
 from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.doctor.output_cache import OutputCacheFinding, output_cache_finding
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import human_size
 from kernel_builder.variants import default_matrix
@@ -161,6 +162,7 @@ class DoctorReport:
     compiler_cache: CompilerCacheFinding
     resources: ResourceFinding
     kernel: KernelFinding | None = None
+    output_cache: OutputCacheFinding | None = None
 
     def backend(self, name: str) -> BackendFinding:
         return next(b for b in self.backends if b.backend == name)
@@ -443,4 +445,5 @@ def diagnose(kernel_dir: Path | None = None, env_path: Path | None = None) -> Do
         compiler_cache=compiler_cache(),
         resources=resources(envs),
         kernel=found_kernel,
+        output_cache=output_cache_finding(),
     )

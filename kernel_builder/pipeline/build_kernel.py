@@ -11,6 +11,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from kernel_builder.assemble.output_cache import output_cache_for
 from kernel_builder.assemble.stamp import remove_stale_staging
 from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.pipeline.plan import kernel_work_root
@@ -120,7 +121,7 @@ def job_settings(
     slots = plan_slots(task_count, options.jobs, options.max_jobs, options.nvcc_threads)
     return BuildSettings(
         slots, compiler_cache, progress or Progress(), import_check=options.import_check, strict_abi=options.strict_abi,
-        tools=ToolProcesses(),
+        tools=ToolProcesses(), output_cache=output_cache_for(options.output_cache, options.output_cache_mode),
     )
 
 

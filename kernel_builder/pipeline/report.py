@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.errors import KbuildError
-from kernel_builder.runners.result import BUILT, CANCELLED, CHECKED, FAILED, SKIPPED, UP_TO_DATE, JobResult
+from kernel_builder.runners.result import (
+    BUILT, CANCELLED, CHECKED, FAILED, FROM_OUTPUT_CACHE, SKIPPED, UP_TO_DATE, JobResult,
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class BuildReport:
     def summary_line(self) -> str:
         counts = ", ".join(f"{self.count(s)} {s}" for s in (BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED) if self.count(s))
         line = f"{self.kernel}: {counts or 'no jobs'} in {self.seconds:.1f} s ({self.concurrent} at once)"
+        fetched = sum(r.status == UP_TO_DATE and r.detail == FROM_OUTPUT_CACHE for r in self.results)
+        line += f"; {fetched} {FROM_OUTPUT_CACHE}" if fetched else ""
         totals = self.cache_totals()
         if totals:
             tool, hits, compiles = totals

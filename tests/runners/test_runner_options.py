@@ -77,6 +77,8 @@ GIVE: dict[str, list[str]] = {
     "--dist-fallback-local": ["--dist-fallback-local"],
     "--cuda-arch": ["--cuda-arch", "9.0"],
     "--json": ["--json"],
+    "--output-cache": ["--output-cache", "{tmp}/store"],
+    "--output-cache-mode": ["--output-cache", "{tmp}/store", "--output-cache-mode", "read"],
 }
 
 
@@ -299,6 +301,9 @@ REACHES: dict[str, dict[str, Check]] = {
         "--dist-fallback-local": lambda job, k: job.options.compiler_cache.dist_fallback_local,
         "--cuda-arch": lambda job, k: _planned_with(job)["cuda_arch"] == ("9.0",),
         "--json": lambda job, k: _report_as_json(job, k),
+        "--output-cache": lambda job, k: job.settings.output_cache.url == str(k.parent / "store")
+        and job.settings.output_cache.writable,
+        "--output-cache-mode": lambda job, k: job.settings.output_cache.mode == "read" and not job.settings.output_cache.writable,
     },
 }
 
