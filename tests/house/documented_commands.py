@@ -62,6 +62,9 @@ RUN_BY_TESTS = {
     # README.md
     "pip install '.[torch,kernels]'": "tests/house/test_quick_start.py::test_the_quick_start_install_builds_publishes_and_loads",
     "kbuild demo": "tests/scaffold/test_scaffold_e2e.py::test_demo_command_shows_its_build_and_reuses_it",
+    # docs/guides/output-cache.md
+    "kbuild build relu --variant torch213-cxx11-cpu-x86_64-linux --output-cache /home/me/kcache":
+        "tests/pipeline/test_output_cache_build.py::test_a_second_build_dir_installs_from_the_output_cache",
     # docs/examples.md
     "kbuild build examples/flash-attn": "tests/conftest.py::built_example",
     "kbuild test examples/flash-attn":
