@@ -1,5 +1,6 @@
 """Build the variant a kernel's own tests run against, then run them: `kbuild test`, and each
 round of `kbuild dev` (kernel_builder.pipeline.dev_loop), which builds into a folder of its own.
+`kbuild bench` (kernel_builder.pipeline.build_then_bench) builds the same variant.
 
 The variant is the one kbuild's runtime loads on this machine (its backend and running
 torch: kernel_builder.checks.kernel_tests.machine_selection), or a named one; an up-to-date
@@ -21,6 +22,7 @@ from kernel_builder.checks.kernel_tests import (
     tests_folder,
     variant_python,
 )
+from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.runners.progress import Progress
 from kernel_builder.runners.result import JobResult
@@ -40,6 +42,23 @@ def build_for_tests(
     tests/ folder or a kernel without this machine's backend fails first, in one line.
     `cuda_arch` and `ops_id` make a development build (kernel_builder.pipeline.plan.plan_build)."""
     tests_folder(kernel_dir)
+    return build_machine_variant(kernel_dir, variant=variant, out=out, cuda_arch=cuda_arch, ops_id=ops_id,
+                                 on_wait=on_wait, progress=progress)
+
+
+def build_machine_variant(
+    kernel_dir: Path,
+    *,
+    variant: str | None = None,
+    out: Path | None = None,
+    cuda_arch: tuple[str, ...] = (),
+    ops_id: str | None = None,
+    on_wait: Callable[[str], None],
+    progress: Progress | None = None,
+) -> tuple[Manifest, BuildReport]:
+    """Build `variant`, else the one kbuild's runtime loads on this machine, into `out`
+    (default KERNEL_DIR/build): what the kernel's own tests and benchmarks run against. A
+    kernel without this machine's backend fails first, in one line."""
     matrix = None if variant else machine_selection(load_manifest(kernel_dir))
     options = BuildOptions(variants=(variant,) if variant else (), matrix=matrix, out=out, cuda_arch=cuda_arch)
     return build_kernel(kernel_dir, options, on_wait=on_wait, progress=progress, ops_id=ops_id)
@@ -47,6 +66,14 @@ def build_for_tests(
 
 def failed_jobs(report: BuildReport) -> list[JobResult]:
     return [r for r in report.results if r.status == "failed"]
+
+
+def require_built(report: BuildReport) -> None:
+    """A failed build is a KbuildError: running the tests or benchmarks on an older build
+    instead would report on code that is not the source's."""
+    failed = failed_jobs(report)
+    if failed:
+        raise KbuildError(f"building {', '.join(r.label for r in failed)} failed: {failed[0].detail}; `kbuild build` shows the log")
 
 
 def run_tests_on_build(
