@@ -10,7 +10,7 @@ from typing import Callable
 
 from kernel_builder.checks.kernel_benchmarks import BenchRun, benchmark_scripts, run_kernel_benchmarks
 from kernel_builder.checks.kernel_tests import choose_variant, variant_python
-from kernel_builder.pipeline.build_then_test import build_machine_variant, require_built
+from kernel_builder.pipeline.build_then_test import build_for_tests, require_built
 
 
 def build_and_bench(
@@ -24,8 +24,7 @@ def build_and_bench(
 ) -> BenchRun:
     """Build what is missing, then benchmark it. No benchmarks/benchmark*.py (or one without a
     Benchmark class) fails before anything is built, a failed build before anything runs."""
-    benchmark_scripts(kernel_dir)
-    manifest, report = build_machine_variant(kernel_dir, variant=variant, on_wait=on_wait)
+    manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=on_wait, require=benchmark_scripts)
     require_built(report)
     variant_dir = choose_variant(kernel_dir, variant)
     return run_kernel_benchmarks(kernel_dir, manifest, variant_dir, base_python=variant_python(variant_dir.name),

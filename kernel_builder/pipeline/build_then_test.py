@@ -37,28 +37,13 @@ def build_for_tests(
     ops_id: str | None = None,
     on_wait: Callable[[str], None],
     progress: Progress | None = None,
+    require: Callable[[Path], object] = tests_folder,
 ) -> tuple[Manifest, BuildReport]:
-    """Build `variant`, else this machine's, into `out` (default KERNEL_DIR/build). A missing
-    tests/ folder or a kernel without this machine's backend fails first, in one line.
+    """Build `variant`, else this machine's, into `out` (default KERNEL_DIR/build). What the run
+    needs (`require`: the tests/ folder; `kbuild bench` passes its benchmarks' check) and this
+    machine's backend in the kernel are checked first, each failing in one line.
     `cuda_arch` and `ops_id` make a development build (kernel_builder.pipeline.plan.plan_build)."""
-    tests_folder(kernel_dir)
-    return build_machine_variant(kernel_dir, variant=variant, out=out, cuda_arch=cuda_arch, ops_id=ops_id,
-                                 on_wait=on_wait, progress=progress)
-
-
-def build_machine_variant(
-    kernel_dir: Path,
-    *,
-    variant: str | None = None,
-    out: Path | None = None,
-    cuda_arch: tuple[str, ...] = (),
-    ops_id: str | None = None,
-    on_wait: Callable[[str], None],
-    progress: Progress | None = None,
-) -> tuple[Manifest, BuildReport]:
-    """Build `variant`, else the one kbuild's runtime loads on this machine, into `out`
-    (default KERNEL_DIR/build): what the kernel's own tests and benchmarks run against. A
-    kernel without this machine's backend fails first, in one line."""
+    require(kernel_dir)
     matrix = None if variant else machine_selection(load_manifest(kernel_dir))
     options = BuildOptions(variants=(variant,) if variant else (), matrix=matrix, out=out, cuda_arch=cuda_arch)
     return build_kernel(kernel_dir, options, on_wait=on_wait, progress=progress, ops_id=ops_id)
