@@ -62,6 +62,9 @@ RUN_BY_TESTS = {
     # README.md
     "pip install '.[torch,kernels]'": "tests/house/test_quick_start.py::test_the_quick_start_install_builds_publishes_and_loads",
     "kbuild demo": "tests/scaffold/test_scaffold_e2e.py::test_demo_command_shows_its_build_and_reuses_it",
+    # docs/guides/testing.md
+    "kbuild bench examples/relu --iterations 5 --warmup 1":
+        "tests/checks/test_kernel_benchmarks.py::test_kbuild_bench_builds_then_runs_and_a_mismatch_is_one_line",
     # docs/guides/output-cache.md
     "kbuild build relu --variant torch213-cxx11-cpu-x86_64-linux --output-cache /home/me/kcache":
         "tests/pipeline/test_output_cache_build.py::test_a_second_build_dir_installs_from_the_output_cache",
@@ -136,7 +139,7 @@ RUN_ELSEWHERE = {
     "python -m pytest -m 'not e2e'": "the test suite's fast lane itself",
     "python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl pyelftools==0.32":
         "downloads from PyPI; the tests have no network",
-    "python examples/flash-attn/benchmarks/benchmark_flash_attn.py":
+    "python examples/flash-attn/benchmarks/compare_sdpa.py":
         "a benchmark prints figures; performance is measured by hand, never by a timed test (CONTRIBUTING.md)",
     "redis-server --port 6390 --save '' --appendonly no --daemonize yes":
         "the tests start their own loopback redis-server (kernel_builder/testing/sccache_servers.py)",
