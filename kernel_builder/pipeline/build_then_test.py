@@ -90,11 +90,8 @@ def build_and_test(
     on_wait: Callable[[str], None],
 ) -> TestRun:
     """`kbuild test`: build what is missing (build_for_tests), then run the kernel's tests on
-    it (run_tests_on_build). A failed build is a KbuildError: testing an older build instead
-    would report on code that is not the source's."""
+    it (run_tests_on_build); a failed build stops it (require_built)."""
     manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=on_wait)
-    failed = failed_jobs(report)
-    if failed:
-        raise KbuildError(f"building {', '.join(r.label for r in failed)} failed: {failed[0].detail}; `kbuild build` shows the log")
+    require_built(report)
     return run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args, capture=capture,
                               clean_env=clean_env)
