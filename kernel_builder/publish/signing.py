@@ -1,0 +1,102 @@
+"""`kbuild sign` and `kbuild verify`: Sigstore signatures over each variant's metadata.json.
+
+Signing writes `<variant>/metadata.json.sigstore`, the bundle kernels 0.19.1 reads; the
+digest in metadata.json covers every other file of the variant, so one signature vouches for
+all of them. All variants of a build are signed with one identity (one certificate), obtained
+once: keyless with the ambient OIDC token of a GitHub Actions job (`permissions: id-token:
+write`), or the token given. Verification is runtime/signatures.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_builder.errors import KbuildError
+from kernel_builder.runtime.signatures import BUNDLE, SignatureCheck, TrustRoot, check_signature
+
+# bytes of metadata.json -> the bundle's JSON text
+Signer = Callable[[bytes], str]
+
+
+class SigningError(KbuildError):
+    """The build cannot be signed (no variants, no identity, a service refused)."""
+
+
+def variant_folders(build_dir: Path) -> list[Path]:
+    """The variant folders of a build folder (or of a kernel repo's build/), each with a metadata.json."""
+    base = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
+    if not base.is_dir():
+        raise SigningError(f"{build_dir} is not a folder; give a kernel's build/ folder")
+    variants = sorted(p for p in base.iterdir() if p.is_dir() and (p / "metadata.json").is_file())
+    if not variants:
+        raise SigningError(f"{base} holds no variant folders with a metadata.json; run kbuild build first")
+    return variants
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kbuild-sign-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def sign_build(build_dir: Path, signer: Signer) -> list[Path]:
+    """Sign every variant's metadata.json; the bundles written. Bundles are made for all
+    variants before any is written, so a failure leaves the build as it was."""
+    variants = variant_folders(build_dir)
+    bundles = [(v / BUNDLE, signer((v / "metadata.json").read_bytes())) for v in variants]
+    for path, text in bundles:
+        _write_atomically(path, text)
+    return [path for path, _ in bundles]
+
+
+@dataclass
+class SigstoreSigner:
+    """Keyless signing with sigstore-python against Sigstore's public services, one certificate
+    for every call. `identity_token`: an OIDC token; None takes the ambient one (GitHub Actions)."""
+
+    identity_token: str | None = None
+    _signer: object = None
+    _context: object = None
+
+    def __enter__(self) -> SigstoreSigner:
+        try:
+            from sigstore.errors import Error as SigstoreError
+            from sigstore.models import ClientTrustConfig
+            from sigstore.oidc import IdentityToken, detect_credential
+            from sigstore.sign import SigningContext
+        except ImportError:
+            raise SigningError("signing needs the sigstore package: pip install 'kbuild[sign]'") from None
+        try:
+            raw = self.identity_token or detect_credential()
+            if not raw:
+                raise SigningError(
+                    "no OIDC identity to sign with: run in a GitHub Actions job with `permissions: id-token: write`, "
+                    "or pass --identity-token"
+                )
+            context = SigningContext.from_trust_config(ClientTrustConfig.production())
+            self._context = context.signer(IdentityToken(raw), cache=True)
+            self._signer = self._context.__enter__()
+        except SigstoreError as e:
+            raise SigningError(f"cannot sign: {str(e).strip().splitlines()[0]}") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
+
+    def __call__(self, data: bytes) -> str:
+        return self._signer.sign_artifact(data).to_json()
+
+
+def verify_build(build_dir: Path, root: TrustRoot) -> list[tuple[str, SignatureCheck]]:
+    """Each variant's name and what its signature says."""
+    return [(v.name, check_signature(v, root)) for v in variant_folders(build_dir)]
