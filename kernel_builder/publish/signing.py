@@ -9,13 +9,18 @@ write`), or the token given. Verification is runtime/signatures.py's.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_builder.checks.variant_checks import variant_folders
 from kernel_builder.errors import KbuildError
+from kernel_builder.formatting import first_line
 from kernel_builder.runtime.signatures import BUNDLE, SignatureCheck, TrustRoot, check_signature
 
 # bytes of metadata.json -> the bundle's JSON text
@@ -24,17 +29,6 @@ Signer = Callable[[bytes], str]
 
 class SigningError(KbuildError):
     """The build cannot be signed (no variants, no identity, a service refused)."""
-
-
-def variant_folders(build_dir: Path) -> list[Path]:
-    """The variant folders of a build folder (or of a kernel repo's build/), each with a metadata.json."""
-    base = build_dir / "build" if (build_dir / "build").is_dir() else build_dir
-    if not base.is_dir():
-        raise SigningError(f"{build_dir} is not a folder; give a kernel's build/ folder")
-    variants = sorted(p for p in base.iterdir() if p.is_dir() and (p / "metadata.json").is_file())
-    if not variants:
-        raise SigningError(f"{base} holds no variant folders with a metadata.json; run kbuild build first")
-    return variants
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -86,7 +80,7 @@ class SigstoreSigner:
             self._context = context.signer(IdentityToken(raw), cache=True)
             self._signer = self._context.__enter__()
         except SigstoreError as e:
-            raise SigningError(f"cannot sign: {str(e).strip().splitlines()[0]}") from None
+            raise SigningError(f"cannot sign: {first_line(e)}") from None
         return self
 
     def __exit__(self, *exc) -> None:
@@ -95,6 +89,25 @@ class SigstoreSigner:
 
     def __call__(self, data: bytes) -> str:
         return self._signer.sign_artifact(data).to_json()
+
+
+def stale_signatures(variants: list[Path]) -> list[str]:
+    """Variants whose bundle signs other bytes than their metadata.json (rebuilt after signing), or
+    is unreadable. Compared offline, by the digest the bundle records: no trust root needed."""
+    stale = []
+    for variant in variants:
+        bundle = variant / BUNDLE
+        if not bundle.is_file():
+            continue
+        try:
+            signed = json.loads(bundle.read_bytes())["messageSignature"]["messageDigest"]["digest"]
+            actual = base64.b64encode(hashlib.sha256((variant / "metadata.json").read_bytes()).digest()).decode()
+        except (OSError, ValueError, KeyError, TypeError):
+            stale.append(variant.name)
+            continue
+        if signed != actual:
+            stale.append(variant.name)
+    return stale
 
 
 def verify_build(build_dir: Path, root: TrustRoot) -> list[tuple[str, SignatureCheck]]:

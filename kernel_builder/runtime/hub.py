@@ -530,8 +530,8 @@ def get_kernel(
 
     The variant's files are checked against its metadata.json digests before import: a
     file changed in the cache is refused with its name, and nothing is imported. Before that,
-    its Sigstore signature is checked by `signatures` (default: `SignaturePolicy.of()`, from
-    KBUILD_SIGNERS / KBUILD_SIGNATURES, warn mode, kernels' trusted signers).
+    its Sigstore signature is checked by `signatures` (default: the lock entry's `signers`,
+    else KBUILD_SIGNERS, else kernels' trusted signers; mode KBUILD_SIGNATURES, default warn).
     """
     lock_entry = None
     if lockfile is not None:
@@ -556,8 +556,9 @@ def get_kernel(
             if untrusted:
                 raise DigestMismatchError(untrusted[0], path=fetched.path, violations=untrusted)
             verify_locked_variant(lock_entry, fetched.variant, fetched.path, lockfile=Path(lockfile))
-        policy = signatures if signatures is not None else SignaturePolicy.of()
-        return load_local(fetched.path, backend=backend, verify=True, signatures=policy)
+        if signatures is None:  # the lock's signers, else KBUILD_SIGNERS, else kernels' list
+            signatures = SignaturePolicy.of(lock_entry.signers if lock_entry is not None else None)
+        return load_local(fetched.path, backend=backend, verify=True, signatures=signatures)
     except DigestMismatchError as e:
         listed = "; ".join(e.violations[:_MAX_LISTED])
         more = f" and {len(e.violations) - _MAX_LISTED} more" if len(e.violations) > _MAX_LISTED else ""

@@ -55,6 +55,11 @@ class KernelLoadError(KbuildError):
     """No variant fits this machine, or the chosen variant cannot be imported as built."""
 
 
+class SignatureRefusedError(KernelLoadError):
+    """In `require` mode (runtime/signatures.py): a variant is unsigned, its signature is broken,
+    or its signer is not one the policy trusts."""
+
+
 class DigestMismatchError(KernelLoadError):
     """A variant folder's files do not match the digests in its metadata.json."""
 
@@ -290,8 +295,9 @@ def load_local(
         cached = _loaded.get(folder)
         if cached is not None:
             return cached
-        if signatures is not None:
-            enforce(folder, signatures)
+        refused = enforce(folder, signatures) if signatures is not None else None
+        if refused:
+            raise SignatureRefusedError(refused)
         metadata = read_metadata(folder)
         if verify:
             problems = verify_digest(folder, metadata)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.errors import KbuildError
+from kernel_builder.formatting import first_line
 
 BUNDLE = "metadata.json.sigstore"
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
@@ -52,10 +53,6 @@ _RULE = re.compile(r"github:([^/@\s]+)/([^/@\s]+)(?:/([^@\s]+))?@(\S+)")
 
 class SignatureError(KbuildError):
     """A signature could not be checked, or a policy or mode is malformed."""
-
-
-class SignatureRefusedError(SignatureError):
-    """In `require` mode: a variant is unsigned, its signature is broken, or its signer is not trusted."""
 
 
 @dataclass(frozen=True)
@@ -218,38 +215,34 @@ def check_signature(folder: Path | str, root: TrustRoot) -> SignatureCheck:
     except OSError as e:
         return SignatureCheck("broken", reason=f"cannot read {e.filename}: {e.strerror}")
     except (ValueError, sigstore_error) as e:
-        return SignatureCheck("broken", reason=f"{BUNDLE} is not a Sigstore bundle: {_first_line(e)}")
+        return SignatureCheck("broken", reason=f"{BUNDLE} is not a Sigstore bundle: {first_line(e)}")
     try:
         # Any GitHub Actions identity verifies here; the user's policy is applied to it afterwards,
         # so a report can say who signed even when that signer is not trusted.
         root.verifier.verify_artifact(metadata, bundle, policy.OIDCIssuerV2(GITHUB_ISSUER))
     except sigstore_error as e:
-        return SignatureCheck("broken", reason=_first_line(e))
+        return SignatureCheck("broken", reason=first_line(e))
     signer = signer_of(bundle.signing_certificate)
     if signer is None:
         return SignatureCheck("broken", reason="the certificate names no GitHub Actions workflow")
     return SignatureCheck("signed", signer)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def enforce(folder: Path, policy: SignaturePolicy, root: TrustRoot | None = None) -> SignatureCheck | None:
-    """Apply `policy` to the variant at `folder`: warn, refuse (require) or do nothing (off)."""
+def enforce(folder: Path, policy: SignaturePolicy, root: TrustRoot | None = None) -> str | None:
+    """Apply `policy` to the variant at `folder`: warn and return None, or (require mode)
+    return why it is refused, for the loader to raise; `off` checks nothing."""
     if policy.mode == "off":
         return None
     if policy.mode == "warn" and root is None and importlib.util.find_spec("sigstore") is None:
         return None  # as kernels does: without the sign extra, warn mode checks nothing
     check = check_signature(folder, root or trust_root())
     if check.status == "signed" and policy.trusts(check.signer):
-        return check
+        return None
     problem = (f"{folder} is signed by {check.signer}, which the signer policy does not trust"
                if check.status == "signed" else f"{folder} is {check}")
-    remedy = (f"trust its signer with {SIGNERS_ENV} or signers=[...], or set {MODE_ENV}=warn"
-              if check.status == "signed" else "load a signed build, or set KBUILD_SIGNATURES=warn")
+    remedy = (f"trust its signer with {SIGNERS_ENV} or signatures=SignaturePolicy.of([...]), or set {MODE_ENV}=warn"
+              if check.status == "signed" else f"load a signed build, or set {MODE_ENV}=warn")
     if policy.mode == "require":
-        raise SignatureRefusedError(f"{problem}; refused ({MODE_ENV}=require): {remedy}")
-    warnings.warn(f"{problem} (loading it anyway: {MODE_ENV}=warn)", stacklevel=3)
-    return check
+        return f"{problem}; refused ({MODE_ENV}=require): {remedy}. Nothing was imported."
+    warnings.warn(f"{problem} (loading it anyway: {MODE_ENV}=warn)", stacklevel=4)
+    return None

@@ -13,10 +13,12 @@ import pytest
 pytest.importorskip("sigstore", reason="the sigstore package (kbuild[sign]) is not installed")
 
 from conftest import kbuild  # noqa: E402
-from kernel_builder.publish.signing import SigningError, sign_build, variant_folders  # noqa: E402
+from kernel_builder.checks.variant_checks import variant_folders  # noqa: E402
+from kernel_builder.errors import KbuildError  # noqa: E402
+from kernel_builder.publish.signing import sign_build, stale_signatures  # noqa: E402
 from kernel_builder.runtime import load_local  # noqa: E402
-from kernel_builder.runtime.loader import DigestMismatchError  # noqa: E402
-from kernel_builder.runtime.signatures import SignaturePolicy, SignatureRefusedError  # noqa: E402
+from kernel_builder.runtime.loader import DigestMismatchError, SignatureRefusedError  # noqa: E402
+from kernel_builder.runtime.signatures import SignaturePolicy  # noqa: E402
 from kernel_builder.testing.sigstore_standin import GitHubIdentity, SigstoreStandIn  # noqa: E402
 
 VARIANT = "torch213-cxx11-cpu-x86_64-linux"
@@ -51,7 +53,9 @@ def test_kbuild_verify_says_who_signed_or_why_not(relu_cpu, standin, tmp_path):
     variant = build / VARIANT
     metadata = variant / "metadata.json"
     original = metadata.read_bytes()
+    assert stale_signatures([variant]) == []
     metadata.write_bytes(original.replace(b'"name"', b' "name"', 1))
+    assert stale_signatures([variant]) == [VARIANT]  # what `kbuild publish` refuses, offline
     result = kbuild("verify", str(build), "--trust-root", str(root))
     assert result.returncode == 1 and f"{VARIANT}: broken: Bundle message digest mismatch" in result.stdout
     metadata.write_bytes(original)
@@ -68,8 +72,8 @@ def test_kbuild_verify_says_who_signed_or_why_not(relu_cpu, standin, tmp_path):
 
 
 def test_sign_refuses_a_folder_without_variants(tmp_path):
-    with pytest.raises(SigningError, match="holds no variant folders"):
-        sign_build(tmp_path, lambda data: "")
+    with pytest.raises(KbuildError, match="no variant folders|does not exist"):
+        sign_build(tmp_path / "nowhere", lambda data: "")
 
 
 def test_kernels_verifier_accepts_our_bundle(relu_cpu, standin, tmp_path, monkeypatch):
@@ -148,3 +152,4 @@ def test_policy_parsing_and_environment(monkeypatch):
             Rule.parse(bad)
     with pytest.raises(SignatureError, match="not one of"):
         SignaturePolicy.of(mode="strict")
+

@@ -1,0 +1,53 @@
+"""Sign -> publish to the Hub test server -> load by version under a signer policy, end to end
+(the stand-in's bundles, since Sigstore's services cannot be reached)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_runtime_hub import PUBLISH, REPO, client_env, make_noarch_kernel, run_client
+
+pytest.importorskip("sigstore", reason="the sigstore package (kbuild[sign]) is not installed")
+
+from kernel_builder.publish.signing import sign_build  # noqa: E402
+from kernel_builder.runtime.lockfile import local_variant_hash  # noqa: E402
+from kernel_builder.testing import HubServer  # noqa: E402
+from kernel_builder.testing.sigstore_standin import GitHubIdentity, SigstoreStandIn  # noqa: E402
+
+MYORG = GitHubIdentity("myorg", "relu", ".github/workflows/release.yaml", "refs/tags/v1.2.0")
+
+
+@pytest.mark.e2e
+def test_sign_publish_load_by_version_with_a_policy(tmp_path):
+    """Sign -> publish to the Hub test server -> get_kernel by version under a policy (env var,
+    then the lock file's signers), in a fresh process as a user would."""
+    standin = SigstoreStandIn()
+    repo_id = "myorg/relu"
+    kernel = make_noarch_kernel(tmp_path / "relu", "relu", 10)
+    sign_build(kernel / "build", lambda data: standin.sign(data, MYORG))
+    with HubServer(tmp_path / "hub") as server:
+        job = {"repo_id": repo_id, "repo_type": "kernel",
+               "releases": [{"label": "v1.0.0", "branch": "v1", "tag": "v1.0.0", "folder": str(kernel)}]}
+        env = client_env(server, tmp_path, KBUILD_SIGSTORE_TRUST_ROOT=str(standin.write_trusted_root(tmp_path / "r.json")),
+                         KBUILD_SIGNATURES="require")
+        done = subprocess.run([sys.executable, "-c", PUBLISH, json.dumps(job)], env=env, cwd=REPO,
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        sha = json.loads(done.stdout.strip().splitlines()[-1])["v1.0.0"]
+        trusted = dict(env, KBUILD_SIGNERS="github:myorg/*@refs/tags/v*")
+        loaded = run_client(trusted, (repo_id, {"version": 1, "trust_remote_code": True}))[0]
+        assert loaded["value"] == 10, loaded
+        # kernels' default list does not name myorg: refused in require mode, naming the signer.
+        refused = run_client(env, (repo_id, {"version": 1, "trust_remote_code": True}))[0]
+        assert refused["type"] == "SignatureRefusedError"
+        assert "signed by github:myorg/relu/.github/workflows/release.yaml@refs/tags/v1.2.0" in refused["error"]
+        # The lock file's signers apply to a locked load.
+        lock = tmp_path / "kernels.lock"
+        for signers, ok in ((["github:myorg/relu@refs/tags/v*"], True), (["github:myorg/relu@refs/heads/main"], False)):
+            lock.write_text(json.dumps([{"repo_id": repo_id, "sha": sha, "signers": signers,
+                                         "variants": {loaded["variant"]: {"hash": local_variant_hash(loaded["path"])}}}]))
+            result = run_client(env, (repo_id, {"lockfile": str(lock), "trust_remote_code": True}))[0]
+            assert (result.get("value") == 10) if ok else (result["type"] == "SignatureRefusedError"), result
