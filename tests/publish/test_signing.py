@@ -39,6 +39,7 @@ def _signed_copy(relu_cpu: Path, dest: Path, standin: SigstoreStandIn, identity:
     return build
 
 
+@pytest.mark.e2e  # signs a real build (examples/relu, built once per run)
 def test_kbuild_verify_says_who_signed_or_why_not(relu_cpu, standin, tmp_path):
     root = standin.write_trusted_root(tmp_path / "trusted_root.json")
     build = _signed_copy(relu_cpu, tmp_path / "signed", standin, MYORG)
@@ -76,6 +77,7 @@ def test_sign_refuses_a_folder_without_variants(tmp_path):
         sign_build(tmp_path / "nowhere", lambda data: "")
 
 
+@pytest.mark.e2e  # signs a real build (examples/relu, built once per run)
 def test_kernels_verifier_accepts_our_bundle(relu_cpu, standin, tmp_path, monkeypatch):
     """kernels 0.19.1, its trust root pointed at the stand-in: our signed variant is "correctly
     signed" for a kernels-community identity, and refused by its default policy for another."""
@@ -95,6 +97,7 @@ def test_kernels_verifier_accepts_our_bundle(relu_cpu, standin, tmp_path, monkey
     assert isinstance(result, kernels_verify.SignatureVerificationResult.SignatureVerificationFailure)
 
 
+@pytest.mark.e2e  # signs a real build (examples/relu, built once per run)
 def test_loader_applies_the_signer_policy(relu_cpu, standin, tmp_path, monkeypatch):
     monkeypatch.setenv("KBUILD_SIGSTORE_TRUST_ROOT", str(standin.write_trusted_root(tmp_path / "root.json")))
     variant = _signed_copy(relu_cpu, tmp_path / "signed", standin, MYORG) / VARIANT

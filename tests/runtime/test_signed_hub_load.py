@@ -51,3 +51,22 @@ def test_sign_publish_load_by_version_with_a_policy(tmp_path):
                                          "variants": {loaded["variant"]: {"hash": local_variant_hash(loaded["path"])}}}]))
             result = run_client(env, (repo_id, {"lockfile": str(lock), "trust_remote_code": True}))[0]
             assert (result.get("value") == 10) if ok else (result["type"] == "SignatureRefusedError"), result
+
+
+def test_local_signed_variant_under_policies(tmp_path, monkeypatch):
+    """In-process, a pure-Python variant (the fast lane's check): unsigned and an untrusted signer
+    are refused in require mode; in warn mode the untrusted signer loads with a warning."""
+    from kernel_builder.runtime import SignaturePolicy, SignatureRefusedError, load_local
+
+    standin = SigstoreStandIn()
+    monkeypatch.setenv("KBUILD_SIGSTORE_TRUST_ROOT", str(standin.write_trusted_root(tmp_path / "root.json")))
+    kernel = make_noarch_kernel(tmp_path / "k", "signed-local", 31, variants=("torch-cpu",))
+    variant = kernel / "build" / "torch-cpu"
+    unsigned = SignaturePolicy.of(["github:myorg/*@refs/tags/v*"], "require")
+    with pytest.raises(SignatureRefusedError, match="is unsigned; refused"):
+        load_local(variant, backend="cpu", signatures=unsigned)
+    sign_build(kernel, lambda data: standin.sign(data, MYORG))
+    with pytest.raises(SignatureRefusedError, match="does not trust"):
+        load_local(variant, backend="cpu", signatures=SignaturePolicy.of(["github:myorg/*@refs/heads/*"], "require"))
+    with pytest.warns(UserWarning, match="does not trust"):
+        assert load_local(variant, backend="cpu", signatures=SignaturePolicy.of(["github:x/*@*"], "warn")).value == 31
