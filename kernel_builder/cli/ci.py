@@ -60,6 +60,9 @@ def github(
         "s3 (variables SCCACHE_BUCKET, SCCACHE_REGION, SCCACHE_ENDPOINT; AWS secrets); these build on the runner. "
         "none: build in kbuild's images, each job's ccache in actions/cache.",
     ),
+    no_sign: bool = typer.Option(
+        False, "--no-sign", help="Publish unsigned: no keyless Sigstore signing (kbuild sign) in the publish job."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing workflow."),
 ) -> None:
     """Write .github/workflows/kbuild.yml: plan; build each variant on the GitHub runner (`kbuild build --runner local`, one sccache cache shared through --shared-cache, default gha), or with --shared-cache none in kbuild's build images (`--runner docker`); test; publish tags v*.*.*."""
@@ -81,6 +84,7 @@ def github(
         gpu_runners=_parse_gpu_runners(gpu_runner or []),
         build_timeout=build_timeout,
         shared_cache=shared_cache,
+        sign=not no_sign,
     )
     from kernel_builder.kernel.manifest import load_manifest
 

