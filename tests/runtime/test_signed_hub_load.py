@@ -70,3 +70,18 @@ def test_local_signed_variant_under_policies(tmp_path, monkeypatch):
         load_local(variant, backend="cpu", signatures=SignaturePolicy.of(["github:myorg/*@refs/heads/*"], "require"))
     with pytest.warns(UserWarning, match="does not trust"):
         assert load_local(variant, backend="cpu", signatures=SignaturePolicy.of(["github:x/*@*"], "warn")).value == 31
+
+
+def test_kernels_community_signed_variant_loads_under_the_default_policy(tmp_path, monkeypatch):
+    """A variant signed as kernels-community's build workflow signs (bundle beside metadata.json,
+    out of the digest) loads in require mode with the default list, which is kernels' own."""
+    from kernel_builder.runtime import SignaturePolicy, load_local
+
+    standin = SigstoreStandIn()
+    monkeypatch.setenv("KBUILD_SIGSTORE_TRUST_ROOT", str(standin.write_trusted_root(tmp_path / "root.json")))
+    monkeypatch.delenv("KBUILD_SIGNERS", raising=False)
+    kernel = make_noarch_kernel(tmp_path / "k", "kc-signed", 41, variants=("torch-cpu",))
+    community = GitHubIdentity("huggingface", "kernels-community", ".github/workflows/build.yaml", "refs/heads/main")
+    sign_build(kernel, lambda data: standin.sign(data, community))
+    module = load_local(kernel / "build" / "torch-cpu", backend="cpu", signatures=SignaturePolicy.of(None, "require"))
+    assert module.value == 41
