@@ -26,7 +26,7 @@ from kernel_builder.kernel.manifest import load_manifest
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
 # The repo provides helpers (a module at its root) and benchmarks (a package); the rest is the index's.
 DEPENDENT_TEST = "import helpers\nimport benchmarks.bench\n"
-CONFUSED_TEST = DEPENDENT_TEST + "import attr\nimport jwt\nimport apex\n\n\ndef test_nothing():\n    pass\n"
+CONFUSED_TEST = DEPENDENT_TEST + "import attr\nimport bs4\nimport apex\n\n\ndef test_nothing():\n    pass\n"
 
 
 # A name nothing known provides, imported by the kernel's own package: an index could serve
@@ -74,11 +74,11 @@ def test_pip_is_never_asked_for_the_repos_own_modules_and_imports_resolve_to_the
     run = kernel_tests.run_kernel_tests(
         kernel, load_manifest(kernel), variant, ("-q",), base_python=sys.executable, capture=True,
     )
-    assert asked and not asked & {"helpers", "benchmarks", "attr", "jwt", "apex", UNKNOWN}, asked
-    assert {"attrs", "PyJWT"} <= asked
+    assert asked and not asked & {"helpers", "benchmarks", "attr", "bs4", "apex", UNKNOWN}, asked
+    assert {"attrs", "beautifulsoup4"} <= asked
     installs = {i["package"]: i for i in run.installs}
     assert installs["attrs"]["why"] == "tests/test_deps.py imports attr"
-    assert installs["PyJWT"]["spec"] == "PyJWT"
+    assert installs["beautifulsoup4"]["spec"] == "beautifulsoup4"
     assert run.to_json()["installs"] == run.installs
     # Listed (on stderr, as --json keeps stdout) before pip runs, one line each.
     assert "test environment installs attrs: tests/test_deps.py imports attr" in listed_before_pip
