@@ -16,6 +16,10 @@ def sign(
         None, "--identity-token", envvar="KBUILD_IDENTITY_TOKEN",
         help="An OIDC token to sign with (default: the ambient one of a GitHub Actions job).",
     ),
+    trust_config: Path = typer.Option(
+        None, "--trust-config", envvar="KBUILD_SIGSTORE_TRUST_CONFIG",
+        help="A sigstore client trust config (trusted root and signing services; default: Sigstore's public instance).",
+    ),
 ) -> None:
     """Sign every variant's metadata.json with one Sigstore identity, writing
     <variant>/metadata.json.sigstore (the bundle the kernels runtime checks)."""
@@ -23,7 +27,7 @@ def sign(
 
     from kernel_builder.publish.signing import SigstoreSigner, sign_build
 
-    with SigstoreSigner(identity_token) as signer:
+    with SigstoreSigner(identity_token, trust_config) as signer:
         written = sign_build(build_dir, signer)
     console = _console()
     for path in written:

@@ -58,6 +58,7 @@ class SigstoreSigner:
     for every call. `identity_token`: an OIDC token; None takes the ambient one (GitHub Actions)."""
 
     identity_token: str | None = None
+    trust_config: Path | None = None  # a sigstore ClientTrustConfig file (another Sigstore instance)
     _signer: object = None
     _context: object = None
 
@@ -76,10 +77,12 @@ class SigstoreSigner:
                     "no OIDC identity to sign with: run in a GitHub Actions job with `permissions: id-token: write`, "
                     "or pass --identity-token"
                 )
-            context = SigningContext.from_trust_config(ClientTrustConfig.production())
+            config = (ClientTrustConfig.from_json(self.trust_config.read_text()) if self.trust_config
+                      else ClientTrustConfig.production())
+            context = SigningContext.from_trust_config(config)
             self._context = context.signer(IdentityToken(raw), cache=True)
             self._signer = self._context.__enter__()
-        except SigstoreError as e:
+        except (SigstoreError, OSError, ValueError) as e:
             raise SigningError(f"cannot sign: {first_line(e)}") from None
         return self
 
@@ -88,7 +91,12 @@ class SigstoreSigner:
             self._context.__exit__(*exc)
 
     def __call__(self, data: bytes) -> str:
-        return self._signer.sign_artifact(data).to_json()
+        from sigstore.errors import Error as SigstoreError
+
+        try:
+            return self._signer.sign_artifact(data).to_json()
+        except SigstoreError as e:
+            raise SigningError(f"cannot sign: {first_line(e)}") from None
 
 
 def stale_signatures(variants: list[Path]) -> list[str]:

@@ -180,17 +180,17 @@ class SigstoreStandIn:
 
     # -- Fulcio: a short-lived certificate with an embedded SCT -----------------------------------
 
-    def _certificate(self, key: ec.EllipticCurvePrivateKey, identity: GitHubIdentity) -> x509.Certificate:
+    def _certificate(self, public_key, identity: GitHubIdentity) -> x509.Certificate:
         builder = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([])).issuer_name(self.ca_cert.subject).public_key(key.public_key())
+            .subject_name(x509.Name([])).issuer_name(self.ca_cert.subject).public_key(public_key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.now - dt.timedelta(minutes=1))
             .not_valid_after(self.now + dt.timedelta(minutes=10))
             .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._ca_key.public_key()), critical=False)
             .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(identity.signer_uri)]),
                            critical=True)
@@ -217,13 +217,8 @@ class SigstoreStandIn:
 
     # -- Rekor: a hashedrekord entry with inclusion proof, checkpoint and SET ---------------------
 
-    def _log_entry(self, cert: x509.Certificate, signature: bytes, digest: bytes) -> dict:
-        body = rfc8785.dumps({
-            "apiVersion": "0.0.1", "kind": "hashedrekord",
-            "spec": {"data": {"hash": {"algorithm": "sha256", "value": digest.hex()}},
-                     "signature": {"content": _b64(signature),
-                                   "publicKey": {"content": _b64(cert.public_bytes(serialization.Encoding.PEM))}}},
-        })
+    def _integrate(self, body: bytes) -> dict:
+        """Append a canonical entry body; its index, time, proof, checkpoint and SET."""
         index, root, proof = self._log.append(body)
         log_id = _key_id(self._rekor_key.public_key())
         integrated = int(self.now.timestamp())
@@ -231,21 +226,33 @@ class SigstoreStandIn:
                                  "logIndex": index})
         note = f"{self.name} rekor - 1\n{len(self._log.leaves)}\n{_b64(root)}\n"
         note_sig = self._rekor_key.sign(note.encode(), ec.ECDSA(hashes.SHA256()))
-        checkpoint = f"{note}\n\u2014 {self.name}-rekor {_b64(log_id[:4] + note_sig)}\n"
+        return {"body": body, "index": index, "root": root, "proof": proof, "log_id": log_id,
+                "integrated": integrated, "size": len(self._log.leaves),
+                "set": self._rekor_key.sign(promise, ec.ECDSA(hashes.SHA256())),
+                "checkpoint": f"{note}\n\u2014 {self.name}-rekor {_b64(log_id[:4] + note_sig)}\n"}
+
+    def _log_entry(self, cert: x509.Certificate, signature: bytes, digest: bytes) -> dict:
+        """A hashedrekord 0.0.1 entry for the signature, as a bundle holds it."""
+        e = self._integrate(rfc8785.dumps({
+            "apiVersion": "0.0.1", "kind": "hashedrekord",
+            "spec": {"data": {"hash": {"algorithm": "sha256", "value": digest.hex()}},
+                     "signature": {"content": _b64(signature),
+                                   "publicKey": {"content": _b64(cert.public_bytes(serialization.Encoding.PEM))}}},
+        }))
         return {
-            "logIndex": str(index), "logId": {"keyId": _b64(log_id)},
+            "logIndex": str(e["index"]), "logId": {"keyId": _b64(e["log_id"])},
             "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
-            "integratedTime": str(integrated),
-            "inclusionPromise": {"signedEntryTimestamp": _b64(self._rekor_key.sign(promise, ec.ECDSA(hashes.SHA256())))},
-            "inclusionProof": {"logIndex": str(index), "rootHash": _b64(root), "treeSize": str(len(self._log.leaves)),
-                               "hashes": [_b64(h) for h in proof], "checkpoint": {"envelope": checkpoint}},
-            "canonicalizedBody": _b64(body),
+            "integratedTime": str(e["integrated"]),
+            "inclusionPromise": {"signedEntryTimestamp": _b64(e["set"])},
+            "inclusionProof": {"logIndex": str(e["index"]), "rootHash": _b64(e["root"]), "treeSize": str(e["size"]),
+                               "hashes": [_b64(h) for h in e["proof"]], "checkpoint": {"envelope": e["checkpoint"]}},
+            "canonicalizedBody": _b64(e["body"]),
         }
 
     def sign(self, artifact: bytes, identity: GitHubIdentity) -> str:
         """The Sigstore bundle (JSON text) that `sigstore sign` would write for `artifact`."""
         key = ec.generate_private_key(ec.SECP256R1())  # ephemeral, as in keyless signing
-        cert = self._certificate(key, identity)
+        cert = self._certificate(key.public_key(), identity)
         digest = hashlib.sha256(artifact).digest()
         signature = key.sign(artifact, ec.ECDSA(hashes.SHA256()))
         return json.dumps({
