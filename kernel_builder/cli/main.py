@@ -39,7 +39,9 @@ def version() -> None:
 
 def _register_commands() -> None:
     """Every command and command group of `kbuild`, in the order `kbuild --help` lists them."""
-    from kernel_builder.cli import build, check, ci, dev, docker, doctor, env, kernel_test, lock, migrate, publish, scaffold, sign
+    from kernel_builder.cli import (
+        build, check, ci, dev, docker, doctor, env, kernel_test, lock, migrate, publish, scaffold, sign,
+    )
 
     commands = {
         "init": scaffold.init, "build": build.build, "plan": build.plan, "variants": build.variants, "check": check.check,
