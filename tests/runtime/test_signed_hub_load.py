@@ -90,3 +90,20 @@ def test_kernels_community_signed_variant_loads_under_the_default_policy(tmp_pat
     sign_build(kernel, lambda data: standin.sign(data, community))
     module = load_local(kernel / "build" / "torch-cpu", backend="cpu", signatures=SignaturePolicy.of(None, "require"))
     assert module.value == 41
+
+
+def test_lock_entries_keep_and_check_their_signers(tmp_path):
+    """A lock entry's `signers` is read, checked as rules, written back, and kept by relocking."""
+    from kernel_builder.runtime.lock_writer import _keep_signers
+    from kernel_builder.runtime.lockfile import LockEntry, LockfileError, read_lockfile
+
+    lock = tmp_path / "kernels.lock"
+    entry = {"repo_id": "MyOrg/relu", "sha": "a" * 40, "variants": {}, "signers": ["github:myorg/*@refs/tags/v*"]}
+    lock.write_text(json.dumps([entry]))
+    (read,) = read_lockfile(lock)
+    assert read.signers == ("github:myorg/*@refs/tags/v*",) and read.to_json()["signers"] == entry["signers"]
+    relocked = _keep_signers(lock, [LockEntry("myorg/relu", "b" * 40, {}), LockEntry("other/k", "c" * 40, {})])
+    assert [e.signers for e in relocked] == [("github:myorg/*@refs/tags/v*",), None]
+    lock.write_text(json.dumps([dict(entry, signers=["myorg/*"])]))
+    with pytest.raises(LockfileError, match="not of the form github:OWNER/REPO"):
+        read_lockfile(lock)
