@@ -42,6 +42,9 @@ def github(
         "s3 (variables SCCACHE_BUCKET, SCCACHE_REGION, SCCACHE_ENDPOINT; AWS secrets); these build on the runner. "
         "none: build in kbuild's images, each job's ccache in actions/cache.",
     ),
+    no_sign: bool = typer.Option(
+        False, "--no-sign", help="Publish unsigned: no keyless Sigstore signing (kbuild sign) in the publish job."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing workflow."),
 ) -> None:
     """Write .github/workflows/kbuild.yml: plan; build each variant on the GitHub runner (`kbuild build --runner local`, one sccache cache shared through --shared-cache, default gha), or with --shared-cache none in kbuild's build images (`--runner docker`); test; publish tags v*.*.*."""
@@ -49,7 +52,8 @@ def github(
 
     from kernel_builder.scaffold.ci_github import WorkflowOptions, write_github_workflow
 
-    options = WorkflowOptions.from_flags(matrix, shards, install, gpu_runner or (), build_timeout, shared_cache)
+    options = WorkflowOptions.from_flags(matrix, shards, install, gpu_runner or (), build_timeout, shared_cache,
+                                         sign=not no_sign)
     path, notes = write_github_workflow(kernel_dir, options, force=force)
     console = _console()
     console.print(f"wrote {escape(str(path))}")

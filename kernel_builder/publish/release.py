@@ -28,6 +28,7 @@ from kernel_builder.kernel.identity import DIRTY, kernel_identity
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.publish.api_diff import Api, breaks, describe_breaks, local_api, previous_release
 from kernel_builder.publish.repo_card import card_release, later_release, render_card
+from kernel_builder.publish.signing import stale_signatures
 from kernel_builder.runtime.loader import read_metadata
 
 TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
@@ -115,6 +116,12 @@ def plan_publish(kernel_dir: Path, tag: str, repo_id: str | None = None, allow_d
         raise PublishError(f"nothing to publish: {out} does not exist; run `kbuild build {kernel_dir}` first")
     variants = variant_folders(out)
     _refuse_stale_or_dirty(manifest, out, variants, allow_dirty)
+    resign = stale_signatures(variants)
+    if resign:
+        raise PublishError(
+            f"the signature of {', '.join(resign)} no longer matches its metadata.json (rebuilt after signing): "
+            f"sign again with `kbuild sign {out}`, or delete its metadata.json.sigstore"
+        )
     failed = [r for r in check_build(out) if not r.ok]
     if failed:
         findings = "; ".join(

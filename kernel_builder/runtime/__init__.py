@@ -16,11 +16,13 @@ from kernel_builder.runtime.hub import (
 from kernel_builder.runtime.loader import (
     DigestMismatchError,
     KernelLoadError,
+    SignatureRefusedError,
     find_variant,
     load_local,
     read_metadata,
 )
 from kernel_builder.runtime.select import Decision, select_variant
+from kernel_builder.runtime.signatures import SignaturePolicy
 from kernel_builder.runtime.system import System, detect_system
 from kernel_builder.runtime.trust import UntrustedKernelError, trusted_namespaces
 from kernel_builder.runtime.versions import KernelVersionError
@@ -34,6 +36,8 @@ __all__ = [
     "KernelNotFoundError",
     "KernelOfflineError",
     "KernelVersionError",
+    "SignaturePolicy",
+    "SignatureRefusedError",
     "System",
     "UntrustedKernelError",
     "detect_system",

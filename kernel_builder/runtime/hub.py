@@ -42,6 +42,7 @@ from kernel_builder.runtime.loader import (
     load_local,
 )
 from kernel_builder.runtime.select import select_variant
+from kernel_builder.runtime.signatures import SignaturePolicy
 from kernel_builder.runtime.system import System, detect_system
 from kernel_builder.runtime.trust import check_trust
 from kernel_builder.runtime.versions import (
@@ -510,6 +511,7 @@ def get_kernel(
     cache_dir: str | os.PathLike | None = None,
     token: str | bool | None = None,
     endpoint: str | None = None,
+    signatures: SignaturePolicy | None = None,
 ) -> ModuleType:
     """Load a kernel from the Hub and return its module.
 
@@ -527,7 +529,9 @@ def get_kernel(
     `endpoint` go to huggingface_hub (defaults: its cache, HF_TOKEN, HF_ENDPOINT).
 
     The variant's files are checked against its metadata.json digests before import: a
-    file changed in the cache is refused with its name, and nothing is imported.
+    file changed in the cache is refused with its name, and nothing is imported. Before that,
+    its Sigstore signature is checked by `signatures` (default: the lock entry's `signers`,
+    else KBUILD_SIGNERS, else kernels' trusted signers; mode KBUILD_SIGNATURES, default warn).
     """
     lock_entry = None
     if lockfile is not None:
@@ -552,7 +556,9 @@ def get_kernel(
             if untrusted:
                 raise DigestMismatchError(untrusted[0], path=fetched.path, violations=untrusted)
             verify_locked_variant(lock_entry, fetched.variant, fetched.path, lockfile=Path(lockfile))
-        return load_local(fetched.path, backend=backend, verify=True)
+        if signatures is None:  # the lock's signers, else KBUILD_SIGNERS, else kernels' list
+            signatures = SignaturePolicy.of(lock_entry.signers if lock_entry is not None else None)
+        return load_local(fetched.path, backend=backend, verify=True, signatures=signatures)
     except DigestMismatchError as e:
         listed = "; ".join(e.violations[:_MAX_LISTED])
         more = f" and {len(e.violations) - _MAX_LISTED} more" if len(e.violations) > _MAX_LISTED else ""

@@ -21,6 +21,7 @@ from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
 from kernel_builder.runtime.kernels_interop import record_loaded
 from kernel_builder.runtime.select import Decision, check_variant, select_variant
+from kernel_builder.runtime.signatures import SignaturePolicy, enforce
 from kernel_builder.runtime.system import System, detect_system
 from kernel_builder.runtime.verified_import import TamperedError, VerifiedPackage, register, unregister
 from kernel_builder.runtime.zip_package import INIT, LAYOUTS, ZIP, archive_path, layout_of
@@ -52,6 +53,11 @@ _lock = threading.RLock()
 
 class KernelLoadError(KbuildError):
     """No variant fits this machine, or the chosen variant cannot be imported as built."""
+
+
+class SignatureRefusedError(KernelLoadError):
+    """In `require` mode (runtime/signatures.py): a variant is unsigned, its signature is broken,
+    or its signer is not one the policy trusts."""
 
 
 class DigestMismatchError(KernelLoadError):
@@ -268,19 +274,30 @@ def _import(package: VerifiedPackage, metadata: dict, folder: Path) -> ModuleTyp
     return module
 
 
-def load_local(path: Path | str, *, backend: str | None = None, verify: bool = True) -> ModuleType:
+def load_local(
+    path: Path | str,
+    *,
+    backend: str | None = None,
+    verify: bool = True,
+    signatures: SignaturePolicy | None = None,
+) -> ModuleType:
     """Load the best variant of a local kernel build for this machine and return its module.
 
     `path` is a kernel repo root (holding build/<variant>/), a build/ folder or a variant
     folder. `backend` overrides the detected backend ("cpu" or torch's own backend). With
     `verify`, the folder's files are checked against metadata.json's digests first and
     nothing is imported when they differ. Loading one folder again returns the same module.
+    With `signatures` (runtime/signatures.py), the variant's Sigstore signature is checked by
+    that policy first, before metadata.json is even parsed.
     """
     with _lock:
         folder = _find(Path(path), lambda: detect_system(backend)).resolve()
         cached = _loaded.get(folder)
         if cached is not None:
             return cached
+        refused = enforce(folder, signatures) if signatures is not None else None
+        if refused:
+            raise SignatureRefusedError(refused)
         metadata = read_metadata(folder)
         if verify:
             problems = verify_digest(folder, metadata)

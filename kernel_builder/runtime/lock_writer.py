@@ -4,6 +4,7 @@ tree listing. The format and its verification at load time are kernel_builder.ru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -18,6 +19,7 @@ from kernel_builder.runtime.lockfile import (
     LockfileError,
     VariantLock,
     combine_variant_hash,
+    read_lockfile,
 )
 from kernel_builder.runtime.loader import KernelLoadError
 from kernel_builder.runtime.versions import KernelRequest, check_repo_id, is_range
@@ -141,4 +143,13 @@ def lock_project(
     project = Path(project_dir)
     deps = read_dependencies(project)
     entries = [lock_kernel(repo_id, version, endpoint=endpoint, token=token) for repo_id, version in deps.items()]
+    entries = _keep_signers(project / LOCKFILE, entries)
     return write_lockfile(project / LOCKFILE, entries, fmt), entries
+
+
+def _keep_signers(path: Path, entries: list[LockEntry]) -> list[LockEntry]:
+    """Relocking keeps each kernel's `signers` (written by hand) from the lock file it replaces."""
+    if not path.is_file():
+        return entries
+    old = {e.repo_id.casefold(): e.signers for e in read_lockfile(path)}
+    return [dataclasses.replace(e, signers=old.get(e.repo_id.casefold())) for e in entries]

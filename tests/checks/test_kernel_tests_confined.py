@@ -26,8 +26,9 @@ from kernel_builder.kernel.manifest import load_manifest
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
 # The repo provides helpers (a module at its root) and benchmarks (a package); the rest is the index's.
 DEPENDENT_TEST = "import helpers\nimport benchmarks.bench\n"
-# Modules the test extra does not install (attrs came with aiohttp and moto): bs4 is beautifulsoup4.
-CONFUSED_TEST = DEPENDENT_TEST + "import bs4\nimport jwt\nimport apex\n\n\ndef test_nothing():\n    pass\n"
+# Modules the test extra does not install (attrs comes with aiohttp and moto, PyJWT with sigstore):
+# bs4 is beautifulsoup4, sklearn scikit-learn.
+CONFUSED_TEST = DEPENDENT_TEST + "import bs4\nimport sklearn\nimport apex\n\n\ndef test_nothing():\n    pass\n"
 
 
 # A name nothing known provides, imported by the kernel's own package: an index could serve
@@ -75,11 +76,11 @@ def test_pip_is_never_asked_for_the_repos_own_modules_and_imports_resolve_to_the
     run = kernel_tests.run_kernel_tests(
         kernel, load_manifest(kernel), variant, ("-q",), base_python=sys.executable, capture=True,
     )
-    assert asked and not asked & {"helpers", "benchmarks", "bs4", "jwt", "apex", UNKNOWN}, asked
-    assert {"beautifulsoup4", "PyJWT"} <= asked
+    assert asked and not asked & {"helpers", "benchmarks", "bs4", "sklearn", "apex", UNKNOWN}, asked
+    assert {"beautifulsoup4", "scikit-learn"} <= asked
     installs = {i["package"]: i for i in run.installs}
     assert installs["beautifulsoup4"]["why"] == "tests/test_deps.py imports bs4"
-    assert installs["PyJWT"]["spec"] == "PyJWT"
+    assert installs["scikit-learn"]["spec"] == "scikit-learn"
     assert run.to_json()["installs"] == run.installs
     # Listed (on stderr, as --json keeps stdout) before pip runs, one line each.
     assert "test environment installs beautifulsoup4: tests/test_deps.py imports bs4" in listed_before_pip

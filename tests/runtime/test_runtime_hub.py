@@ -267,6 +267,9 @@ def client_env(server, tmp_path: Path, **extra: str) -> dict[str, str]:
     any trust configuration of the person running the tests."""
     env = {k: v for k, v in os.environ.items() if k not in ("KBUILD_TRUSTED_NAMESPACES", "TRANSFORMERS_OFFLINE")}
     env.update(hub_vars(server, tmp_path), KBUILD_CONFIG=str(tmp_path / "no-kbuild-config.toml"))
+    # These test kernels are unsigned; signatures are tested in test_signed_hub_load.py (each
+    # check would also look for Sigstore's trust root online, once per client process).
+    env.update(KBUILD_SIGNATURES="off")
     env.update(extra)
     return env
 

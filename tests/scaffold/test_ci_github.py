@@ -349,7 +349,9 @@ def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp
         for entry in entries:
             values = Expressions(plan, entry, runner_temp=str(tmp_path), token=hub.write_token, ref_name="v1.0.0")
             for step in job["steps"]:
-                if "run" not in step or "pip install" in step["run"]:
+                # Keyless signing needs GitHub's OIDC token and Sigstore's services: the steps are
+                # checked by test_publish_job_signs_keylessly_unless_no_sign and tests/publish/test_signing.py.
+                if "run" not in step or "pip install" in step["run"] or step["run"].startswith(("kbuild sign", "kbuild verify")):
                     continue
                 script = step["run"].replace("--runner docker", "--runner local")
                 run_script(script, root, kbuild_bin, tmp_path, {**env, **step_env(workflow, job, step, values)})
@@ -389,6 +391,28 @@ def test_each_shared_cache_wires_sccache_into_the_build_jobs_and_passes_actionli
     assert (exported is not None) == (shared == "gha")
     if exported:
         assert "ACTIONS_RESULTS_URL" in exported["with"]["script"] and "ACTIONS_RUNTIME_TOKEN" in exported["with"]["script"]
+
+
+def test_publish_job_signs_keylessly_unless_no_sign(tmp_path):
+    """The tag publish job signs every variant with its own OIDC identity (job-level id-token:
+    write), verifies the signatures, then publishes; --no-sign writes the job without any of it."""
+    root = tmp_path / "k"
+    scaffold(root, "kk", KERNELS["all"])
+    assert ci("github", str(root), "--force").exit_code == 0
+    assert actionlint(root / WORKFLOW_PATH).returncode == 0
+    workflow = load(root / WORKFLOW_PATH)
+    job = workflow["jobs"]["publish"]
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert workflow["permissions"] == {"contents": "read"}  # only the publish job may ask for a token
+    runs = [s.get("run", "") for s in job["steps"]]
+    order = [next(i for i, r in enumerate(runs) if r.startswith(cmd)) for cmd in ("kbuild sign", "kbuild verify", "kbuild publish")]
+    assert order == sorted(order)
+    assert any("sigstore" in r and "pip install" in r for r in runs)
+
+    assert ci("github", str(root), "--no-sign", "--force").exit_code == 0
+    assert actionlint(root / WORKFLOW_PATH).returncode == 0
+    job = load(root / WORKFLOW_PATH)["jobs"]["publish"]
+    assert "permissions" not in job and not any("sign" in s.get("run", "") for s in job["steps"])
 
 
 def test_help_and_readmes_say_where_the_written_workflow_builds(tmp_path):
