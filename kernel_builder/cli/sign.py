@@ -45,20 +45,11 @@ def verify(
     unsigned or broken. Exits non-zero unless every variant is signed."""
     from rich.markup import escape
 
-    from kernel_builder.publish.signing import verify_build
-    from kernel_builder.runtime.signatures import check_signature
-    from kernel_builder.runtime.signatures import trust_root as load_root
+    from kernel_builder.publish.signing import verify_target
 
-    root = load_root(trust_root)
+    root, results = verify_target(target, trust_root)
     console = _console()
     console.print(escape(f"checking against the {root.source}"))
-    if Path(target).exists() or "@" not in target:
-        results = verify_build(Path(target), root)
-    else:
-        from kernel_builder.runtime.hub import fetch_kernel
-
-        fetched = fetch_kernel(target, trust_remote_code=True)
-        results = [(fetched.variant, check_signature(fetched.path, root))]
     for variant, check in results:
         console.print(escape(f"{variant}: {check}"))
     if any(check.status != "signed" for _, check in results):

@@ -21,7 +21,7 @@ from pathlib import Path
 from kernel_builder.checks.variant_checks import variant_folders
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import first_line
-from kernel_builder.runtime.signatures import BUNDLE, SignatureCheck, TrustRoot, check_signature
+from kernel_builder.runtime.signatures import BUNDLE, SignatureCheck, TrustRoot, check_signature, trust_root
 
 # bytes of metadata.json -> the bundle's JSON text
 Signer = Callable[[bytes], str]
@@ -121,3 +121,16 @@ def stale_signatures(variants: list[Path]) -> list[str]:
 def verify_build(build_dir: Path, root: TrustRoot) -> list[tuple[str, SignatureCheck]]:
     """Each variant's name and what its signature says."""
     return [(v.name, check_signature(v, root)) for v in variant_folders(build_dir)]
+
+
+def verify_target(target: str, trust_root_file: Path | None) -> tuple[TrustRoot, list[tuple[str, SignatureCheck]]]:
+    """`kbuild verify TARGET`: the trust root checked against (the file given, else Sigstore's
+    public one), and what the signature of each variant says: a build folder's variants, or
+    REPO@VERSION's variant for this machine, fetched from the Hub (its code is only read, never run)."""
+    root = trust_root(trust_root_file)
+    if Path(target).exists() or "@" not in target:
+        return root, verify_build(Path(target), root)
+    from kernel_builder.runtime.hub import fetch_kernel
+
+    fetched = fetch_kernel(target, trust_remote_code=True)
+    return root, [(fetched.variant, check_signature(fetched.path, root))]

@@ -65,6 +65,12 @@ RUN_BY_TESTS = {
     # docs/guides/testing.md
     "kbuild bench examples/relu --iterations 5 --warmup 1":
         "tests/checks/test_kernel_benchmarks.py::test_kbuild_bench_builds_then_runs_and_a_mismatch_is_one_line",
+    # docs/guides/signing.md
+    "kbuild sign build/":
+        "tests/testing/test_sigstore_standin.py::test_kbuild_sign_runs_the_real_signing_client_against_the_standin_on_loopback",
+    "kbuild verify build/": "tests/publish/test_signing.py::test_kbuild_verify_says_who_signed_or_why_not",
+    "kbuild verify kernels-community/relu@v1.2.0":
+        "tests/runtime/test_signed_hub_load.py::test_sign_publish_load_by_version_with_a_policy",
     # docs/guides/output-cache.md
     "kbuild build relu --variant torch213-cxx11-cpu-x86_64-linux --output-cache /home/me/kcache":
         "tests/pipeline/test_output_cache_build.py::test_a_second_build_dir_installs_from_the_output_cache",
