@@ -51,8 +51,15 @@ def build_kernel(
     kbuild dev's builds, never published, fix their op namespace with it (plan_build)."""
     started = time.perf_counter()
     options = options or BuildOptions()
+    manifest = load_manifest(kernel_dir)
+    if manifest.framework == "tvm-ffi":  # no torch, no runner: a pipeline of its own
+        from kernel_builder.pipeline.build_tvm_ffi import build_tvm_ffi
+
+        out = Path(options.out) if options.out else manifest.root / "build"
+        with build_lock(manifest, out, on_wait):
+            return manifest, build_tvm_ffi(manifest, options, on_wait)
     runner = get_runner(options.runner)
-    request = run_request(load_manifest(kernel_dir), options, chooser or options.env_chooser(), on_wait, ops_id)
+    request = run_request(manifest, options, chooser or options.env_chooser(), on_wait, ops_id)
     # A missing tool, or a scheduler that does not answer, fails here (asked once: it is a request).
     found_cache = runner.compiler_cache(request)
     if found_cache and found_cache.dist_problem:

@@ -1,0 +1,111 @@
+"""Compile a [tvm-ffi] kernel's library: the binding sources ([tvm-ffi] src) and one backend's
+`[kernel.*]` units, against the headers and libtvm_ffi of the `apache-tvm-ffi` wheel, into
+`_<name>_<backend>_<id>.so` (no `lib` prefix), which the variant's `_ops.py` opens with
+`tvm_ffi.load_module`.
+
+The flags are kernel-builder's for this framework: `<BACKEND>_KERNEL` defined (the binding
+exports only that backend's functions), `TVM_FFI_EXTENSION_NAME` the op id, `-fno-gnu-unique`
+so two kernels in one process never share a static. No torch is involved: the toolchain is an
+interpreter with apache-tvm-ffi (and kbuild's own packages, `kernels` among them, for the
+import check), made once in kbuild's cache by runtime_python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernel_builder.environments.runtime_overlay import runtime_python
+from kernel_builder.kernel.manifest import KernelUnit, Manifest
+
+TVM_FFI_PIP = "apache-tvm-ffi"
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c")
+# What the library's C++ gets on every backend (C++17: tvm-ffi's headers require it).
+_CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fno-gnu-unique")
+_PROBE = (
+    "import json, tvm_ffi, tvm_ffi.libinfo as l; "
+    "print(json.dumps({'version': tvm_ffi.__version__, 'include': l.include_paths(), 'lib': l.find_libtvm_ffi()}))"
+)
+
+
+@dataclass(frozen=True)
+class TvmFfiToolchain:
+    python: str  # an interpreter that imports tvm_ffi and kernels
+    version: str  # apache-tvm-ffi's version, e.g. 0.1.15.post2
+    include: tuple[str, ...]
+    library: str  # libtvm_ffi.so
+
+    @property
+    def major_minor(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+
+def find_toolchain(base_python: str = sys.executable) -> TvmFfiToolchain:
+    """apache-tvm-ffi over `base_python` (pip-installed into an overlay once); raises
+    RuntimeEnvError with pip's reason where it cannot be installed."""
+    python = runtime_python(base_python, (TVM_FFI_PIP,))
+    answer = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True).stdout)
+    return TvmFfiToolchain(python, answer["version"], tuple(answer["include"]), answer["lib"])
+
+
+def compilable(unit_sources: tuple[str, ...], suffixes: tuple[str, ...]) -> list[str]:
+    """The sources a compiler is given (headers listed in `src` are inputs, not compiled)."""
+    return [s for s in unit_sources if s.endswith(suffixes)]
+
+
+def compile_library(
+    manifest: Manifest, backend: str, ops_name: str, toolchain: TvmFfiToolchain, work_dir: Path, log: Path,
+    jobs: int = 1,
+) -> Path:
+    """Compile and link `work_dir/<ops_name>.so` for `backend` (cpu: g++); every command and its
+    output go to `log`. Raises CalledProcessError on a failing compile."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or "c++"
+    macro = f"-D{backend.upper()}_KERNEL"
+    common = [*_CXX_FLAGS, macro, f"-DTVM_FFI_EXTENSION_NAME={ops_name}", *(f"-I{d}" for d in toolchain.include)]
+    framework = manifest.other
+    groups: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
+        (tuple(compilable(framework.src, CXX_SUFFIXES)), framework.include, framework.cxx_flags)
+    ]
+    units: tuple[KernelUnit, ...] = manifest.units_for(backend)
+    groups += [(tuple(compilable(u.src, CXX_SUFFIXES)), u.include, u.cxx_flags) for u in units]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    commands = []
+    objects = []
+    for sources, includes, flags in groups:
+        for source in sources:
+            obj = work_dir / (source.replace("/", "__") + ".o")
+            objects.append(str(obj))
+            include_flags = [f"-I{manifest.root / d}" for d in includes]
+            commands.append([cxx, *common, *include_flags, *flags, "-c", str(manifest.root / source), "-o", str(obj)])
+    library = work_dir / f"{ops_name}.so"
+    link = [cxx, "-shared", "-o", str(library), *objects, f"-L{Path(toolchain.library).parent}", "-ltvm_ffi"]
+    with log.open("w") as out:
+        _run_all(commands, out, jobs)
+        _run_all([link], out, 1)
+    return library
+
+
+def _run_all(commands: list[list[str]], out, jobs: int) -> None:
+    """Run `commands`, `jobs` at a time, each logged; the first failure raises after the others end."""
+    pending = list(commands)
+    running: list[tuple[list[str], subprocess.Popen]] = []
+    failed: subprocess.CalledProcessError | None = None
+    while pending or running:
+        while pending and len(running) < max(1, jobs) and failed is None:
+            command = pending.pop(0)
+            out.write("$ " + " ".join(command) + "\n")
+            out.flush()
+            running.append((command, subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)))
+        command, process = running.pop(0)
+        if process.wait() != 0 and failed is None:
+            failed = subprocess.CalledProcessError(process.returncode, command)
+        if failed is not None:
+            pending.clear()
+    if failed is not None:
+        raise failed
