@@ -568,7 +568,7 @@ def _other_framework(file: str, name: str, table: Any, general: General) -> Othe
     spec = {"src": _str_list, "include": _str_list, "pyext": _str_list, "cxx-flags": _str_list}
     values = reader.read(spec, required=() if general.edition >= 6 else ("src",))
     pyext = tuple(dict.fromkeys(("py",) + values.get("pyext", ())))
-    return OtherFramework(name, values.get("src", ()), values.get("include", ()), values.get("cxx-flags", ()), pyext)
+    return OtherFramework(name, values.get("src", ()), values.get("include", ()), values.get("cxx_flags", ()), pyext)
 
 
 _CPP_UNIT_KEYS: dict[str, Callable[[Any], Any]] = {

@@ -1,0 +1,100 @@
+"""[tvm-ffi] kernels (kernel-builder's relu-tvm-ffi layout, tests/fixtures/tvm-ffi-relu): `kbuild build`
+makes the cpu variant kernel-builder names (tvm-ffi01-cpu-x86_64-linux), checked before install,
+and the `kernels` runtime itself (0.19.1) loads it and runs it on torch tensors and NumPy arrays;
+cuda and xpu are skipped with the reason. One build, shared by the tests of this module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import kbuild, made_once
+
+pytestmark = [pytest.mark.e2e]
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tvm-ffi-relu"
+
+
+@pytest.fixture(scope="module")
+def tvm_relu() -> tuple[Path, dict]:
+    """A copy of the fixture built once per test run, and its `kbuild build --json` report."""
+
+    def make(folder: Path) -> None:
+        root = Path(shutil.copytree(FIXTURE, folder / "tvm-ffi-relu"))
+        result = kbuild("build", str(root), "--json", check=True)
+        (folder / "report.json").write_text(result.stdout)
+
+    folder = made_once("tvm-ffi-relu", make)
+    return folder / "tvm-ffi-relu", json.loads((folder / "report.json").read_text())
+
+
+def tvm_ffi_python() -> str:
+    """The interpreter kbuild built and checked with (kbuild's packages plus apache-tvm-ffi)."""
+    from kernel_builder.compile.tvm_ffi import find_toolchain
+
+    return find_toolchain(sys.executable).python
+
+
+def test_cpu_variant_is_built_checked_and_named_as_kernels_reads_it(tvm_relu):
+    root, report = tvm_relu
+    rows = {row["backend"]: row for row in report["jobs"]}
+    cpu = rows["cpu"]
+    assert cpu["status"] == "built", cpu
+    assert {c["check"]: c["status"] for c in cpu["checks"]} == {"metadata": "ok", "gnu-unique": "ok", "import": "ok"}
+    assert "relu_cpu" in next(c["detail"] for c in cpu["checks"] if c["check"] == "import")
+    for backend in ("cuda", "xpu"):
+        assert rows[backend]["status"] == "skipped" and "cpu only" in rows[backend]["detail"]
+    from kernels._internals.variants import TvmFfi, parse_variant
+
+    variant = parse_variant(cpu["variant"])
+    assert isinstance(variant.framework, TvmFfi) and variant.backend.name == "cpu"
+    folder = root / "build" / cpu["variant"]
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert metadata["backend"] == {"type": "cpu"} and metadata["id"].startswith("_tvm_ffi_relu_cpu_")
+    assert set(metadata["digest"]["files"]) == {
+        "__init__.py", "layers/__init__.py", "_ops.py", f"{metadata['id']}.so",
+    }
+
+
+def test_kernels_loads_the_build_and_runs_it(tvm_relu):
+    """The oracle: kernels.get_local_kernel picks the variant, verifies its digests and imports it."""
+    root, _ = tvm_relu
+    script = (
+        "import sys; from pathlib import Path; import kernels, numpy as np, torch\n"
+        "k = kernels.get_local_kernel(Path(sys.argv[1]))\n"
+        "x = torch.linspace(-3, 3, 1001)\n"
+        "assert torch.equal(k.relu(x, torch.empty_like(x)), torch.relu(x))\n"
+        "assert torch.equal(k.layers.ReLU()(x[5:]), torch.relu(x[5:]))\n"
+        "a = np.arange(-4, 4, dtype=np.float32); out = np.empty_like(a); k.relu(a, out)\n"
+        "assert out.tolist() == [0, 0, 0, 0, 0, 1, 2, 3], out\n"
+        "try:\n    k.relu(x.double(), torch.empty_like(x.double()))\nexcept TypeError as e:\n    print('refused:', e)\n"
+        "print(k.__name__)\n"
+    )
+    done = subprocess.run([tvm_ffi_python(), "-c", script, str(root)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "only float32 is supported" in done.stdout and "_tvm_ffi_relu_cpu_" in done.stdout
+
+
+def test_a_second_build_is_up_to_date(tvm_relu):
+    root, _ = tvm_relu
+    result = kbuild("build", str(root), "--json", check=True)
+    rows = {row["backend"]: row["status"] for row in json.loads(result.stdout)["jobs"]}
+    assert rows == {"cpu": "up-to-date", "cuda": "skipped", "xpu": "skipped"}
+
+
+def test_a_kernel_with_no_buildable_backend_fails_with_the_reason(tmp_path):
+    """kernel-builder's cutlass-gemm-tvm-ffi shape (cuda and xpu only): nothing compiles here."""
+    root = Path(shutil.copytree(FIXTURE, tmp_path / "tvm-ffi-relu"))
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda", "xpu"]', 'backends = ["cuda", "xpu"]'))
+    result = kbuild("build", str(root))
+    assert result.returncode == 1
+    assert "kbuild builds [tvm-ffi] kernels for cpu only so far" in result.stdout
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert errors == ["kbuild: error: nothing to build for 'tvm-ffi-relu' on this machine: every backend was skipped"]
+    assert not (root / "build").exists() or not any((root / "build").iterdir())
