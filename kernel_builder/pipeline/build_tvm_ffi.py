@@ -23,7 +23,7 @@ from typing import Callable
 
 from kernel_builder.assemble.stamp import install, kernel_metadata, remove_stale_staging
 from kernel_builder.checks.tvm_ffi_import import check_tvm_ffi_import
-from kernel_builder.checks.variant_checks import check_gnu_unique, check_metadata
+from kernel_builder.checks.variant_checks import _as_warning, check_abi, check_gnu_unique, check_metadata, check_needed
 from kernel_builder.compile.tvm_ffi import TvmFfiToolchain, compile_library, find_toolchain
 from kernel_builder.environments.runtime_overlay import RuntimeEnvError
 from kernel_builder.errors import UsageError
@@ -63,6 +63,8 @@ def build_tvm_ffi(
         if getattr(options, name):
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} does not apply to a [tvm-ffi] kernel: its variants are per backend, not per torch release")
+    if options.runner != "local":
+        raise UsageError(f"--runner {options.runner}: a [tvm-ffi] kernel builds here only (--runner local)")
     out = Path(options.out) if options.out else manifest.root / "build"
     try:
         toolchain = find_toolchain()
@@ -84,7 +86,7 @@ def build_tvm_ffi(
             results.append(JobResult(name, backend, SKIPPED, detail=SKIPPED_BACKENDS[backend]))
             continue
         say(f"building {name} ...")
-        results.append(_build_variant(manifest, backend, name, toolchain, out, options.import_check))
+        results.append(_build_variant(manifest, backend, name, toolchain, out, options.import_check, options.strict_abi))
     return BuildReport(manifest.name, out, tuple(results), time.perf_counter() - started, 1)
 
 
@@ -102,9 +104,14 @@ def _compile_module_key() -> str:
 
 
 def _build_variant(
-    manifest: Manifest, backend: str, name: str, toolchain: TvmFfiToolchain, out: Path, import_check: bool
+    manifest: Manifest, backend: str, name: str, toolchain: TvmFfiToolchain, out: Path, import_check: bool,
+    strict_abi: bool,
 ) -> JobResult:
     started = time.perf_counter()
+    rust = [f"[kernel.{u.name}] ({u.language})" for u in manifest.units_for(backend) if u.language.startswith("rust")]
+    if rust:
+        return JobResult(name, backend, SKIPPED, detail=f"Rust unit {', '.join(rust)}: kbuild does not build Rust units yet; "
+                         "kernel-builder builds them with cargo")
     depends = sorted({d for u in manifest.units_for(backend) for d in u.depends})
     if depends:
         return JobResult(name, backend, SKIPPED, detail=f"depends {depends} of a [tvm-ffi] {backend} unit: kbuild builds none yet")
@@ -126,7 +133,10 @@ def _build_variant(
     shutil.rmtree(staging, ignore_errors=True)
     try:
         _stage(staging, manifest, backend, name, library, ops_name, source, wanted_hash, toolchain)
-        checks = [check_metadata(staging), check_gnu_unique(staging)]
+        abi = check_abi(staging)
+        if not strict_abi:  # as for a torch variant built here
+            abi = _as_warning(abi, "a local build follows this machine's glibc and libstdc++")
+        checks = [abi, check_needed(staging), check_gnu_unique(staging), check_metadata(staging)]
         if import_check:
             checks.append(check_tvm_ffi_import(staging, name, staging / library.name, toolchain.python))
         failed = [c for c in checks if c.status == "failed"]
