@@ -6,8 +6,8 @@
 The flags are kernel-builder's for this framework: `<BACKEND>_KERNEL` defined (the binding
 exports only that backend's functions), `TVM_FFI_EXTENSION_NAME` the op id, `-fno-gnu-unique`
 so two kernels in one process never share a static. No torch is involved: the toolchain is an
-interpreter with apache-tvm-ffi (and kbuild's own packages, `kernels` among them, for the
-import check), made once in kbuild's cache by runtime_python.
+interpreter with apache-tvm-ffi and `kernels` (for the import check) over kbuild's own, made
+once in kbuild's cache by runtime_python.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from kernel_builder.environments.runtime_overlay import runtime_python
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 
 TVM_FFI_PIP = "apache-tvm-ffi"
+# The import check loads each variant with the runtime itself; installed only where kbuild's
+# interpreter lacks it (the kernels extra), in the range kbuild's layout is tested with.
+KERNELS_PIP = "kernels>=0.19.1,<0.20"
 CXX_SUFFIXES = (".cpp", ".cc", ".cxx", ".c")
 # What the library's C++ gets on every backend (C++17: tvm-ffi's headers require it).
 _CXX_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-fno-gnu-unique")
@@ -49,7 +52,7 @@ class TvmFfiToolchain:
 def find_toolchain(base_python: str = sys.executable) -> TvmFfiToolchain:
     """apache-tvm-ffi over `base_python` (pip-installed into an overlay once); raises
     RuntimeEnvError with pip's reason where it cannot be installed."""
-    python = runtime_python(base_python, (TVM_FFI_PIP,))
+    python = runtime_python(base_python, (TVM_FFI_PIP, KERNELS_PIP))
     answer = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True).stdout)
     return TvmFfiToolchain(python, answer["version"], tuple(answer["include"]), answer["lib"])
 

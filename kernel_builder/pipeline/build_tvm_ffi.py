@@ -63,6 +63,8 @@ def build_tvm_ffi(
         if getattr(options, name):
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} does not apply to a [tvm-ffi] kernel: its variants are per backend, not per torch release")
+    if options.variant_names == "new":
+        raise UsageError("--variant-names new: kernel-builder names [tvm-ffi] variants in the legacy style only (tvm-ffi01-cpu-...)")
     if options.runner != "local":
         raise UsageError(f"--runner {options.runner}: a [tvm-ffi] kernel builds here only (--runner local)")
     out = Path(options.out) if options.out else manifest.root / "build"
