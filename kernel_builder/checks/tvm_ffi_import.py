@@ -13,18 +13,27 @@ from kernel_builder.checks.variant_checks import CheckResult, _failed, _ok, _sho
 
 EXPORT_PREFIX = "__tvm_ffi_"
 _TIMEOUT_S = 120
-# argv: variant folder, its variant name, the exported function names.
-_SCRIPT = r"""
+# argv: variant folder, its variant name, the library, the exported function names.
+_KERNELS = r"""
 import importlib, json, os, sys, tempfile
 from pathlib import Path
 import kernels
-folder, name, functions = sys.argv[1], sys.argv[2], sys.argv[3:]
+folder, name, functions = sys.argv[1], sys.argv[2], sys.argv[4:]
 with tempfile.TemporaryDirectory() as repo:
     (Path(repo) / "build").mkdir()
     os.symlink(folder, Path(repo) / "build" / name)
     kernel = kernels.get_local_kernel(Path(repo))
     ops = importlib.import_module(kernel.__name__ + "._ops").ops
     print(json.dumps({"missing": [f for f in functions if getattr(ops, f, None) is None]}))
+"""
+# A device variant on a machine without that device: kernels would not pick it, so the
+# library alone is opened, as its _ops.py does.
+_LIBRARY = r"""
+import json, sys
+import tvm_ffi
+library, functions = sys.argv[3], sys.argv[4:]
+ops = tvm_ffi.load_module(library)
+print(json.dumps({"missing": [f for f in functions if getattr(ops, f, None) is None]}))
 """
 
 
@@ -40,23 +49,26 @@ def exported_functions(library: Path) -> tuple[str, ...]:
         ))
 
 
-def check_tvm_ffi_import(folder: Path, variant_name: str, library: Path, python: str) -> CheckResult:
-    """Load `folder` (staged under any name) as variant `variant_name` with kernels, in `python`."""
+def check_tvm_ffi_import(folder: Path, variant_name: str, library: Path, python: str, with_kernels: bool = True) -> CheckResult:
+    """Load `folder` (staged under any name) as variant `variant_name` with kernels, in `python`;
+    without `with_kernels` (a cuda variant where no CUDA GPU is), open its library only."""
     functions = exported_functions(library)
     if not functions:
         return _failed("import", [f"{library.name} exports no tvm-ffi function: export each with TVM_FFI_DLL_EXPORT_TYPED_FUNC"])
     try:
         done = subprocess.run(
-            [python, "-c", _SCRIPT, str(folder.resolve()), variant_name, *functions],
+            [python, "-c", _KERNELS if with_kernels else _LIBRARY, str(folder.resolve()), variant_name, str(library.resolve()), *functions],
             capture_output=True, text=True, timeout=_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         return _failed("import", [f"kernels.get_local_kernel did not finish within {_TIMEOUT_S} s ({python})"])
+    how = "kernels.get_local_kernel" if with_kernels else "tvm_ffi.load_module"
     if done.returncode != 0:
         last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit status {done.returncode}")
-        return _failed("import", [f"kernels.get_local_kernel failed in {python}: {last.strip()}"])
+        return _failed("import", [f"{how} failed in {python}: {last.strip()}"])
     missing = json.loads(done.stdout.strip().splitlines()[-1])["missing"]
     if missing:
         return _failed("import", [f"loads, but _ops.ops lacks {_shown(missing)}, which {library.name} exports"])
-    return _ok("import", f"kernels.get_local_kernel loads it in {python}; exports {len(functions)} "
+    where = "" if with_kernels else " (no CUDA GPU here, so kernels would not pick it: the library alone)"
+    return _ok("import", f"{how} loads it{where} in {python}; exports {len(functions)} "
                f"function{'s' if len(functions) != 1 else ''}: {_shown(functions)}")

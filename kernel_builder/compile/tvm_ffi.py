@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kernel_builder.environments.runtime_overlay import runtime_python
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
+from kernel_builder.variants import parse_version
 
 TVM_FFI_PIP = "apache-tvm-ffi"
 # The import check loads each variant with the runtime itself; installed only where kbuild's
@@ -62,36 +63,88 @@ def compilable(unit_sources: tuple[str, ...], suffixes: tuple[str, ...]) -> list
     return [s for s in unit_sources if s.endswith(suffixes)]
 
 
+@dataclass(frozen=True)
+class Nvcc:
+    """The CUDA compiler a cuda variant is built with, and what it compiles for."""
+
+    path: str
+    version: tuple[int, int]
+    supported: frozenset[str]
+
+    @property
+    def lib_dir(self) -> Path:
+        """The toolkit's libraries (libcudart_static.a): lib64/ or lib/ beside the include folder
+        nvcc passes (nvcc on PATH can be a wrapper script), else beside nvcc's bin/."""
+        from kernel_builder.compile.backends.cuda import nvcc_include_dirs
+
+        homes = [Path(d).parent for d in nvcc_include_dirs(self.path)] + [Path(self.path).resolve().parents[1]]
+        folders = [home / d for home in homes for d in ("lib64", "lib")]
+        return next((f for f in folders if (f / "libcudart_static.a").is_file()), folders[-1])
+
+
+def find_nvcc() -> Nvcc | None:
+    """nvcc as the torch CUDA backend finds it ($CUDA_HOME, PATH, /usr/local/cuda); None: none here."""
+    from kernel_builder.compile.backends.cuda import nvcc_architectures, nvcc_path, nvcc_version
+
+    path = nvcc_path()
+    version = nvcc_version(path) if path else None
+    if path is None or version is None:
+        return None
+    return Nvcc(path, version, nvcc_architectures(path))
+
+
+@dataclass(frozen=True)
+class Library:
+    path: Path
+    archs: tuple[str, ...] = ()  # CUDA capabilities embedded (metadata.json backend.archs)
+
+
 def compile_library(
     manifest: Manifest, backend: str, ops_name: str, toolchain: TvmFfiToolchain, work_dir: Path, log: Path,
-    jobs: int = 1,
-) -> Path:
-    """Compile and link `work_dir/<ops_name>.so` for `backend` (cpu: g++); every command and its
-    output go to `log`. Raises CalledProcessError on a failing compile."""
+    jobs: int = 1, nvcc: Nvcc | None = None,
+) -> Library:
+    """Compile and link `work_dir/<ops_name>.so` for `backend` (cpu: g++; cuda: nvcc for the .cu
+    files, each unit's capabilities or the defaults of nvcc's release, cudart linked statically);
+    every command and its output go to `log`. Raises CalledProcessError on a failing compile."""
+    from kernel_builder.compile.backends.cuda import effective_capabilities, gencode_flags, units_for_version
+
     cxx = os.environ.get("CXX") or shutil.which("g++") or "c++"
     macro = f"-D{backend.upper()}_KERNEL"
-    common = [*_CXX_FLAGS, macro, f"-DTVM_FFI_EXTENSION_NAME={ops_name}", *(f"-I{d}" for d in toolchain.include)]
+    common = [macro, f"-DTVM_FFI_EXTENSION_NAME={ops_name}", *(f"-I{d}" for d in toolchain.include)]
     framework = manifest.other
-    groups: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
-        (tuple(compilable(framework.src, CXX_SUFFIXES)), framework.include, framework.cxx_flags)
-    ]
-    units: tuple[KernelUnit, ...] = manifest.units_for(backend)
-    groups += [(tuple(compilable(u.src, CXX_SUFFIXES)), u.include, u.cxx_flags) for u in units]
     work_dir.mkdir(parents=True, exist_ok=True)
-    commands = []
-    objects = []
-    for sources, includes, flags in groups:
-        for source in sources:
-            obj = work_dir / (source.replace("/", "__") + ".o")
-            objects.append(str(obj))
-            include_flags = [f"-I{manifest.root / d}" for d in includes]
-            commands.append([cxx, *common, *include_flags, *flags, "-c", str(manifest.root / source), "-o", str(obj)])
+    commands: list[list[str]] = []
+    objects: list[str] = []
+    archs: set[str] = set()
+
+    def add(compiler: list[str], source: str, includes: tuple[str, ...], flags: tuple[str, ...]) -> None:
+        obj = work_dir / (source.replace("/", "__") + ".o")
+        objects.append(str(obj))
+        include_flags = [f"-I{manifest.root / d}" for d in includes]
+        commands.append([*compiler, *common, *include_flags, *flags, "-c", str(manifest.root / source), "-o", str(obj)])
+
+    for source in compilable(framework.src, CXX_SUFFIXES):
+        add([cxx, *_CXX_FLAGS], source, framework.include, framework.cxx_flags)
+    units: tuple[KernelUnit, ...] = (
+        units_for_version(manifest, nvcc.version) if backend == "cuda" and nvcc else manifest.units_for(backend)
+    )
+    for unit in units:
+        for source in compilable(unit.src, CXX_SUFFIXES):
+            add([cxx, *_CXX_FLAGS], source, unit.include, unit.cxx_flags)
+        if backend == "cuda" and nvcc is not None:
+            caps = effective_capabilities(unit, nvcc.version, nvcc.supported)
+            archs.update(c.removesuffix("+PTX") for c in caps)
+            host = "-Xcompiler=" + ",".join(f for f in _CXX_FLAGS if f.startswith("-f"))
+            for source in compilable(unit.src, (".cu",)):
+                add([nvcc.path, "-std=c++17", "-O3", host, *gencode_flags(caps)], source, unit.include, unit.cuda_flags)
     library = work_dir / f"{ops_name}.so"
     link = [cxx, "-shared", "-o", str(library), *objects, f"-L{Path(toolchain.library).parent}", "-ltvm_ffi"]
+    if backend == "cuda" and nvcc is not None:
+        link += [f"-L{nvcc.lib_dir}", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
     with log.open("w") as out:
         _run_all(commands, out, jobs)
         _run_all([link], out, 1)
-    return library
+    return Library(library, tuple(sorted(archs, key=lambda c: (parse_version(c), c))))
 
 
 def _run_all(commands: list[list[str]], out, jobs: int) -> None:

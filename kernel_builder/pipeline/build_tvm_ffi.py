@@ -7,7 +7,9 @@ library `_<name>_<backend>_<id>.so` and metadata.json (digests, provenance).
 The torch pipeline (plan, runners, environments with torch) is not involved: a tvm-ffi kernel
 links no torch. Each variant is checked before it is installed, as a torch variant is: metadata
 and digests, no gnu_unique symbol, and kernels.get_local_kernel loads it (checks.tvm_ffi_import).
-CPU is built here; the other backends are skipped with the reason (see SKIPPED_BACKENDS).
+CPU and CUDA (where nvcc is) are built here; the other backends are skipped with the reason
+(SKIPPED_BACKENDS). Without a CUDA GPU kernels never picks a cuda variant, so its import check
+opens the library with tvm_ffi.load_module instead.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from typing import Callable
 from kernel_builder.assemble.stamp import install, kernel_metadata, remove_stale_staging
 from kernel_builder.checks.tvm_ffi_import import check_tvm_ffi_import
 from kernel_builder.checks.variant_checks import _as_warning, check_abi, check_gnu_unique, check_metadata, check_needed
-from kernel_builder.compile.tvm_ffi import TvmFfiToolchain, compile_library, find_toolchain
+from kernel_builder.compile.backends.cuda import nvcc_missing
+from kernel_builder.compile.tvm_ffi import Library, Nvcc, TvmFfiToolchain, compile_library, find_nvcc, find_toolchain
 from kernel_builder.environments.runtime_overlay import RuntimeEnvError
-from kernel_builder.errors import UsageError
+from kernel_builder.errors import BuildError, UsageError
 from kernel_builder.kernel import sources
 from kernel_builder.kernel.identity import kernel_identity
 from kernel_builder.kernel.manifest import Manifest
@@ -39,19 +42,20 @@ from kernel_builder.runtime.loader import STAGING_PREFIX
 
 # Why a backend's tvm-ffi variant is not built here (kernel-builder builds them with its toolchains).
 SKIPPED_BACKENDS = {
-    "cuda": "kbuild builds [tvm-ffi] kernels for cpu only so far; kernel-builder builds the CUDA variant",
-    "rocm": "kbuild builds [tvm-ffi] kernels for cpu only so far; kernel-builder builds the ROCm variant",
-    "xpu": "kbuild builds [tvm-ffi] kernels for cpu only so far (XPU also needs Intel oneAPI's icpx)",
-    "metal": "kbuild builds [tvm-ffi] kernels for cpu only so far (Metal also needs macOS and Xcode)",
+    "rocm": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far; kernel-builder builds the ROCm variant",
+    "xpu": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far (XPU also needs Intel oneAPI's icpx)",
+    "metal": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far (Metal also needs macOS and Xcode)",
 }
 _OPTIONS_REFUSED = ("matrix", "shard", "env", "cuda_arch")
 
 
-def variant_name(toolchain: TvmFfiToolchain, backend: str) -> str:
-    """kernel-builder's name for a tvm-ffi variant built here (its build-variants.cmake)."""
+def variant_name(toolchain: TvmFfiToolchain, backend: str, nvcc: Nvcc | None = None) -> str:
+    """kernel-builder's name for a tvm-ffi variant built here (its build-variants.cmake): cuda
+    carries nvcc's release (cu130); without nvcc the name says `cuda` (the variant is skipped)."""
     major, minor = toolchain.major_minor
+    compute = f"cu{nvcc.version[0]}{nvcc.version[1]}" if backend == "cuda" and nvcc else backend
     cpu = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
-    return f"tvm-ffi{major}{minor}-{backend}-{cpu}-{platform.system().lower()}"
+    return f"tvm-ffi{major}{minor}-{compute}-{cpu}-{platform.system().lower()}"
 
 
 def build_tvm_ffi(
@@ -74,7 +78,8 @@ def build_tvm_ffi(
         why = f"apache-tvm-ffi cannot be installed here: {exc.message}"
         results = tuple(JobResult(f"({b})", b, SKIPPED, detail=why) for b in manifest.general.backends)
         return BuildReport(manifest.name, out, results, time.perf_counter() - started, 1)
-    wanted = {variant_name(toolchain, b): b for b in manifest.general.backends}
+    nvcc = find_nvcc() if "cuda" in manifest.general.backends else None
+    wanted = {variant_name(toolchain, b, nvcc): b for b in manifest.general.backends}
     for requested in options.variants:
         if requested not in wanted:
             raise UsageError(f"--variant {requested}: not a variant of this [tvm-ffi] kernel here; its variants: {', '.join(wanted)}")
@@ -84,11 +89,12 @@ def build_tvm_ffi(
     for name, backend in wanted.items():
         if options.variants and name not in options.variants:
             continue
-        if backend in SKIPPED_BACKENDS:
-            results.append(JobResult(name, backend, SKIPPED, detail=SKIPPED_BACKENDS[backend]))
+        why = SKIPPED_BACKENDS.get(backend) or (nvcc_missing(manifest) if backend == "cuda" and nvcc is None else None)
+        if why:
+            results.append(JobResult(name, backend, SKIPPED, detail=why))
             continue
         say(f"building {name} ...")
-        results.append(_build_variant(manifest, backend, name, toolchain, out, options.import_check, options.strict_abi))
+        results.append(_build_variant(manifest, backend, name, toolchain, out, options.import_check, options.strict_abi, nvcc))
     return BuildReport(manifest.name, out, tuple(results), time.perf_counter() - started, 1)
 
 
@@ -107,7 +113,7 @@ def _compile_module_key() -> str:
 
 def _build_variant(
     manifest: Manifest, backend: str, name: str, toolchain: TvmFfiToolchain, out: Path, import_check: bool,
-    strict_abi: bool,
+    strict_abi: bool, nvcc: Nvcc | None = None,
 ) -> JobResult:
     started = time.perf_counter()
     rust = [f"[kernel.{u.name}] ({u.language})" for u in manifest.units_for(backend) if u.language.startswith("rust")]
@@ -127,20 +133,24 @@ def _build_variant(
     log = work / "build.log"
     try:
         work.mkdir(parents=True, exist_ok=True)
-        library = compile_library(manifest, backend, ops_name, toolchain, work, log, jobs=os.cpu_count() or 1)
+        built = compile_library(manifest, backend, ops_name, toolchain, work, log, jobs=os.cpu_count() or 1, nvcc=nvcc)
+    except BuildError as exc:  # a unit's capabilities this nvcc cannot compile
+        return JobResult(name, backend, FAILED, time.perf_counter() - started, detail=exc.message)
     except subprocess.CalledProcessError as exc:
         return JobResult(name, backend, FAILED, time.perf_counter() - started,
                          detail=f"{Path(exc.cmd[0]).name} failed (exit {exc.returncode}); see the log", log=str(log))
     staging = out / f"{STAGING_PREFIX}{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        _stage(staging, manifest, backend, name, library, ops_name, source, wanted_hash, toolchain)
+        library = built.path
+        _stage(staging, manifest, backend, name, built, ops_name, source, wanted_hash, toolchain)
         abi = check_abi(staging)
         if not strict_abi:  # as for a torch variant built here
             abi = _as_warning(abi, "a local build follows this machine's glibc and libstdc++")
         checks = [abi, check_needed(staging), check_gnu_unique(staging), check_metadata(staging)]
         if import_check:
-            checks.append(check_tvm_ffi_import(staging, name, staging / library.name, toolchain.python))
+            checks.append(check_tvm_ffi_import(staging, name, staging / library.name, toolchain.python,
+                                               with_kernels=backend == "cpu" or _has_gpu(toolchain.python)))
         failed = [c for c in checks if c.status == "failed"]
         if failed:
             shutil.rmtree(staging, ignore_errors=True)
@@ -153,7 +163,7 @@ def _build_variant(
     return JobResult(name, backend, BUILT, time.perf_counter() - started, size=_size(dest), log=str(log), checks=tuple(checks))
 
 
-def _stage(staging: Path, manifest: Manifest, backend: str, name: str, library: Path, ops_name: str, source,
+def _stage(staging: Path, manifest: Manifest, backend: str, name: str, built: Library, ops_name: str, source,
            wanted_hash: str, toolchain: TvmFfiToolchain) -> None:
     """The variant folder: package files (the `pyext` extensions), _ops.py, library, metadata.json."""
     import jinja2
@@ -165,6 +175,7 @@ def _stage(staging: Path, manifest: Manifest, backend: str, name: str, library: 
             target = staging / path.relative_to(manifest.package_dir)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
+    library = built.path
     shutil.copy2(library, staging / library.name)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir("build"))),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -172,12 +183,18 @@ def _stage(staging: Path, manifest: Manifest, backend: str, name: str, library: 
     (staging / "_ops.py").write_text(ops)
     metadata = kernel_metadata(manifest, backend, ops_name, source)
     metadata.update({
-        "backend": {"type": backend},
+        "backend": {"type": backend, **({"archs": list(built.archs)} if built.archs else {})},
         "digest": {"algorithm": "sha256", "files": hash_variant(staging)},
         # kbuild's own bookkeeping; the runtime ignores unknown keys.
         "kbuild": {"input-hash": wanted_hash, "variant": name, "tvm-ffi": toolchain.version},
     })
     (staging / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+
+
+def _has_gpu(python: str) -> bool:
+    """Whether kernels (in `python`) would pick a cuda variant here: torch sees a CUDA GPU."""
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
 
 
 def _up_to_date(dest: Path, wanted_hash: str) -> bool:

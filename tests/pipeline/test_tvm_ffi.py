@@ -1,7 +1,8 @@
 """[tvm-ffi] kernels (kernel-builder's relu-tvm-ffi layout, tests/fixtures/tvm-ffi-relu): `kbuild build`
 makes the cpu variant kernel-builder names (tvm-ffi01-cpu-x86_64-linux), checked before install,
 and the `kernels` runtime itself (0.19.1) loads it and runs it on torch tensors and NumPy arrays;
-cuda and xpu are skipped with the reason. One build, shared by the tests of this module."""
+the cuda variant (tvm-ffi01-cu130-...) where nvcc is; xpu is skipped with the reason. One build,
+shared by the tests of this module."""
 
 from __future__ import annotations
 
@@ -50,8 +51,7 @@ def test_cpu_variant_is_built_checked_and_named_as_kernels_reads_it(tvm_relu):
     assert statuses.pop("abi") in ("ok", "warning")
     assert statuses == {"needed": "ok", "gnu-unique": "ok", "metadata": "ok", "import": "ok"}
     assert "relu_cpu" in next(c["detail"] for c in cpu["checks"] if c["check"] == "import")
-    for backend in ("cuda", "xpu"):
-        assert rows[backend]["status"] == "skipped" and "cpu only" in rows[backend]["detail"]
+    assert rows["xpu"]["status"] == "skipped" and "cpu and cuda only" in rows["xpu"]["detail"]
     from kernels._internals.variants import TvmFfi, parse_variant
 
     variant = parse_variant(cpu["variant"])
@@ -62,6 +62,31 @@ def test_cpu_variant_is_built_checked_and_named_as_kernels_reads_it(tvm_relu):
     assert set(metadata["digest"]["files"]) == {
         "__init__.py", "layers/__init__.py", "_ops.py", f"{metadata['id']}.so",
     }
+
+
+def test_cuda_variant_is_compiled_for_the_units_capabilities_where_nvcc_is(tvm_relu):
+    """nvcc for the .cu files (the fixture's one capability), cudart linked statically; with no
+    CUDA GPU here kernels would not pick it, so the import check opens the library alone."""
+    from kernel_builder.compile.tvm_ffi import find_nvcc
+
+    root, report = tvm_relu
+    cuda = {row["backend"]: row for row in report["jobs"]}["cuda"]
+    nvcc = find_nvcc()
+    if nvcc is None:
+        assert cuda["status"] == "skipped" and "nvcc" in cuda["detail"]
+        return
+    assert cuda["status"] == "built", cuda
+    assert cuda["variant"] == f"tvm-ffi01-cu{nvcc.version[0]}{nvcc.version[1]}-x86_64-linux"
+    statuses = {c["check"]: c["status"] for c in cuda["checks"]}
+    assert statuses.pop("abi") in ("ok", "warning")
+    assert statuses == {"needed": "ok", "gnu-unique": "ok", "metadata": "ok", "import": "ok"}
+    assert "relu_cuda" in next(c["detail"] for c in cuda["checks"] if c["check"] == "import")
+    from kernels._internals.variants import TvmFfi, parse_variant
+
+    variant = parse_variant(cuda["variant"])
+    assert isinstance(variant.framework, TvmFfi) and variant.backend.name == "cuda"
+    metadata = json.loads((root / "build" / cuda["variant"] / "metadata.json").read_text())
+    assert metadata["backend"] == {"type": "cuda", "archs": ["9.0"]}
 
 
 def test_kernels_loads_the_build_and_runs_it(tvm_relu):
@@ -87,17 +112,22 @@ def test_a_second_build_is_up_to_date(tvm_relu):
     root, _ = tvm_relu
     result = kbuild("build", str(root), "--json", check=True)
     rows = {row["backend"]: row["status"] for row in json.loads(result.stdout)["jobs"]}
-    assert rows == {"cpu": "up-to-date", "cuda": "skipped", "xpu": "skipped"}
+    assert rows["cpu"] == "up-to-date" and rows["xpu"] == "skipped"
+    assert rows["cuda"] in ("up-to-date", "skipped")  # skipped where no nvcc is
 
 
 def test_a_kernel_with_no_buildable_backend_fails_with_the_reason(tmp_path):
-    """kernel-builder's cutlass-gemm-tvm-ffi shape (cuda and xpu only): nothing compiles here."""
+    """kernel-builder's cutlass-gemm-tvm-ffi shape (a cuda unit that depends on CUTLASS, and xpu):
+    nothing compiles here."""
     root = Path(shutil.copytree(FIXTURE, tmp_path / "tvm-ffi-relu"))
     toml = root / "build.toml"
-    toml.write_text(toml.read_text().replace('backends = ["cpu", "cuda", "xpu"]', 'backends = ["cuda", "xpu"]'))
+    text = toml.read_text().replace('backends = ["cpu", "cuda", "xpu"]', 'backends = ["cuda", "xpu"]')
+    toml.write_text(text.replace('backend = "cuda"\ndepends = []', 'backend = "cuda"\ndepends = ["cutlass_3_6"]'))
     result = kbuild("build", str(root))
     assert result.returncode == 1
-    assert "kbuild builds [tvm-ffi] kernels for cpu only so far" in result.stdout
+    said = " ".join(result.stdout.split())
+    assert "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far" in said
+    assert "depends ['cutlass_3_6'] of a [tvm-ffi] cuda unit: kbuild builds none yet" in said or "nvcc" in said
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert errors == ["kbuild: error: nothing to build for 'tvm-ffi-relu' on this machine: every backend was skipped"]
     assert not (root / "build").exists() or not any((root / "build").iterdir())
