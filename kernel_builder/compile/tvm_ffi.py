@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_builder.environments.runtime_overlay import runtime_python
+from kernel_builder.environments.runtime_overlay import RuntimeEnvError, runtime_python
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.variants import parse_version
 
@@ -54,7 +54,11 @@ def find_toolchain(base_python: str = sys.executable) -> TvmFfiToolchain:
     """apache-tvm-ffi over `base_python` (pip-installed into an overlay once); raises
     RuntimeEnvError with pip's reason where it cannot be installed."""
     python = runtime_python(base_python, (TVM_FFI_PIP, KERNELS_PIP))
-    answer = json.loads(subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, check=True).stdout)
+    done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True)
+    if done.returncode != 0:  # installed, yet broken (a wheel for another platform, a missing library)
+        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit status {done.returncode}")
+        raise RuntimeEnvError(f"tvm_ffi does not import in {python}: {last.strip()}")
+    answer = json.loads(done.stdout)
     return TvmFfiToolchain(python, answer["version"], tuple(answer["include"]), answer["lib"])
 
 

@@ -75,7 +75,7 @@ def build_tvm_ffi(
     try:
         toolchain = find_toolchain()
     except RuntimeEnvError as exc:
-        why = f"apache-tvm-ffi cannot be installed here: {exc.message}"
+        why = f"apache-tvm-ffi is not usable here: {exc.message}"
         results = tuple(JobResult(f"({b})", b, SKIPPED, detail=why) for b in manifest.general.backends)
         return BuildReport(manifest.name, out, results, time.perf_counter() - started, 1)
     nvcc = find_nvcc() if "cuda" in manifest.general.backends else None
