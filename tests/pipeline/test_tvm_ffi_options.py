@@ -45,3 +45,13 @@ def test_no_apache_tvm_ffi_skips_every_backend_with_the_reason(kernel, monkeypat
     assert result.stderr.strip().splitlines()[-1] == (
         "kbuild: error: nothing to build for 'tvm-ffi-relu' on this machine: every backend was skipped"
     )
+
+
+@pytest.mark.parametrize("command", ["test", "dev", "plan"])
+def test_the_torch_pipelines_commands_refuse_it_in_one_line(kernel, command):
+    (kernel / "tests").mkdir()
+    (kernel / "tests" / "test_relu.py").write_text("def test_nothing():\n    pass\n")
+    result = kbuild_in_process(command, str(kernel))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "[tvm-ffi]: only `kbuild build` builds this framework so far" in lines[0]
