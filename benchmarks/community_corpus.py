@@ -5,22 +5,38 @@ run by `kbuild test`, with one table row per kernel and the reason for every fai
 Scope per kernel (from `kbuild plan --json`, so the script and kbuild agree on what builds here):
 - `[torch-noarch]` kernels: every noarch variant (torch-cpu, torch-cuda, torch-rocm, ...);
 - `[torch]` kernels: their CPU variant, plus the CUDA variant for the kernels named by
-  `--cuda` (default: the small CUDA repos relu, activation, rotary, tinygrad-rms, layer-norm);
-- `--toolchains hidden` runs every kbuild with nvcc and hipcc taken off PATH (a machine without
-  them); `--clean` removes each kernel's build/ first, so nothing is reused from an earlier run.
+  `--with-cuda` (default: the small CUDA repos relu, activation, rotary, tinygrad-rms, layer-norm);
+- `--toolchains hidden` runs every kbuild on a machine without GPU toolkits: nvcc, hipcc and
+  icpx taken off PATH and, in a private mount namespace (bubblewrap), the standard folders
+  kbuild searches (/usr/local/cuda, /opt/rocm, ...) masked by empty ones; the script checks
+  that kbuild finds no toolkit there before it starts. `--clean` removes each kernel's build/
+  first, so nothing is reused from an earlier run.
+
+`--cuda` is the CUDA sweep instead: every CUDA-only `[torch]` kernel (backends = ["cuda"]; with
+`--only`, the named kernels that have a CUDA backend) compiled unchanged for one CUDA release
+(`--cuda-compute`, default cu130: the newest torch of that release kbuild can build here), for one
+capability (`--cuda-capabilities`, default 9.0; `kernel` for each kernel's own list), into a
+scratch output folder; no tests (they need a GPU). One row per kernel: built, failed with the
+first compiler error, or timed out (`--build-timeout`, default 3600 s: the flash-attn3 repos have
+400 CUDA units each, hours on 2 cores even at one capability), and the time. `--dry-run` prints
+the plan (variant, environment) and compiles nothing.
 
 Get the corpus with the search tool's fetch of github:huggingface/kernels-community (a bare git
 dir), then `mkdir KC && git -C REPO archive HEAD | tar -x -C KC`. Its code never enters this repo.
 
-Usage: python benchmarks/community_corpus.py KC_DIR [--only relu,rmsnorm] [--cuda NAMES|none]
+Usage: python benchmarks/community_corpus.py KC_DIR [--only relu,rmsnorm] [--with-cuda NAMES|none]
          [--toolchains present|hidden] [--clean] [--no-tests] [--json FILE]
+       python benchmarks/community_corpus.py KC_DIR --cuda [--cuda-capabilities 9.0|kernel]
+         [--cuda-compute cu130] [--build-timeout S] [--only NAMES] [--dry-run] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,8 +47,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 SMALL_CUDA = ("relu", "activation", "rotary", "tinygrad-rms", "layer-norm")
-TOOLCHAINS = ("nvcc", "hipcc")
+TOOLCHAINS = ("nvcc", "hipcc", "icpx")
+# Besides PATH, the folders kbuild looks in for a toolkit (compile/backends/cuda.py's
+# STANDARD_CUDA_HOME, ROCm's and oneAPI's usual homes), masked under --toolchains hidden.
+STANDARD_TOOLKITS = ("/usr/local/cuda", "/usr/local/cuda-*", "/opt/cuda", "/opt/rocm", "/opt/rocm-*", "/opt/intel/oneapi")
 BUILD_TIMEOUT = 3600
+TIMED_OUT = 124
 TEST_TIMEOUT = 1800
 
 
@@ -68,9 +88,31 @@ def kbuild_env(toolchains: str, scratch: Path) -> dict[str, str]:
         env["PATH"] = os.pathsep.join(
             shadow_without_toolchains(Path(d), scratch / f"path{i}") for i, d in enumerate(env.get("PATH", "").split(os.pathsep))
         )
-        for var in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH"):
+        for var in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH", "ONEAPI_ROOT"):
             env.pop(var, None)
+        folders = toolkit_folders()
+        if folders:
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise SystemExit(f"--toolchains hidden masks {', '.join(folders)} with bubblewrap: install it (apt-get install bubblewrap)")
+            env[MASK_TOOLKITS], env[BWRAP] = os.pathsep.join(folders), bwrap
     return env
+
+
+FOUND_TOOLKITS = (
+    "from kernel_builder.compile.backends.cuda import nvcc_path; "
+    "from kernel_builder.compile.backends.rocm_toolchain import hipcc_path; import shutil; "
+    "print(*[f'{name} at {path}' for name, path in (('nvcc', nvcc_path()), ('hipcc', hipcc_path()), "
+    "('icpx', shutil.which('icpx'))) if path], sep='; ')"
+)
+
+
+def toolkits_kbuild_finds(env: dict[str, str]) -> str:
+    """What kbuild's own toolkit search finds in `env` (and its mask), '' for nothing."""
+    done = subprocess.run(masked([sys.executable, "-c", FOUND_TOOLKITS], env), env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return f"(the check failed: {done.stderr.strip().splitlines()[-1:] or done.returncode})"
+    return done.stdout.strip()
 
 
 def shadow_without_toolchains(folder: Path, shadow: Path) -> str:
@@ -84,9 +126,28 @@ def shadow_without_toolchains(folder: Path, shadow: Path) -> str:
     return str(shadow)
 
 
+def toolkit_folders() -> list[str]:
+    """The standard toolkit folders that exist here, links resolved (a tmpfs goes on the folder)."""
+    found = {os.path.realpath(p) for pattern in STANDARD_TOOLKITS for p in glob.glob(pattern) if os.path.isdir(p)}
+    return sorted(found)
+
+
+def masked(command: list[str], env: dict[str, str]) -> list[str]:
+    """`command`, run with the standard toolkit folders hidden when `env` hides the toolchains
+    (MASK_TOOLKITS): in a bubblewrap namespace that sees the whole machine but an empty tmpfs
+    over each of them. Needs bwrap and the right to make a mount namespace (root, or user namespaces)."""
+    if not env.get(MASK_TOOLKITS):
+        return command
+    mounts = [a for folder in env[MASK_TOOLKITS].split(os.pathsep) for a in ("--tmpfs", folder)]
+    return [env[BWRAP], "--dev-bind", "/", "/", *mounts, "--", *command]
+
+
+MASK_TOOLKITS, BWRAP = "KBUILD_CORPUS_MASK", "KBUILD_CORPUS_BWRAP"  # the script's own, never kbuild's
+
+
 def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dict | None, str]:
     """(exit code, the --json document or None, stderr's last lines) of one kbuild call."""
-    command = [sys.executable, "-m", "kernel_builder.cli", *args]
+    command = masked([sys.executable, "-m", "kernel_builder.cli", *args], env)
     # Its own process group, so that a timeout stops the compilers too: an orphaned ninja
     # would keep the kernel's work-tree lock and block the next run.
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -95,7 +156,7 @@ def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dic
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        return 124, None, f"timed out after {timeout} s"
+        return TIMED_OUT, None, f"timed out after {timeout} s"
     done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     try:
         document = json.loads(done.stdout) if done.stdout.strip() else None
@@ -208,21 +269,159 @@ def print_table(rows: list[Row], toolchains: str) -> None:
           f"{len(passing)} pass their own tests ({sum(bool(r.tests) for r in rows)} ran them)")
 
 
+# -- the CUDA sweep (--cuda) -----------------------------------------------------------------
+@dataclass
+class CudaRow:
+    kernel: str
+    variant: str = ""
+    status: str = ""  # built | failed | not buildable | refused | planned
+    seconds: float = 0.0
+    reason: str = ""  # the first compiler error, kbuild's one line, or (planned) the environment
+
+
+def cuda_sweep_wanted(kind: str, backends: str, named: bool) -> bool:
+    """A CUDA-only `[torch]` kernel; a kernel named by --only needs only a CUDA backend."""
+    names = backends.split(",")
+    return kind == "torch" and "cuda" in names and (named or names == ["cuda"])
+
+
+def cuda_variant(plan: list[dict], compute: str) -> tuple[str, str]:
+    """(variant, environment) of the newest torch kbuild builds here for `compute` (x86_64), or
+    ('', the reason none is buildable)."""
+    rows = [r for r in plan if r["backend"] == "cuda" and f"-{compute}-" in (r["variant"] or "")
+            and "x86_64" in r["variant"]]
+    buildable = [r for r in rows if r["buildable"]]
+    if buildable:
+        newest = max(buildable, key=lambda r: torch_of(r["variant"]))
+        return newest["variant"], newest["environment"] or ""
+    if rows:
+        return "", f"{rows[0]['variant']}: {rows[0]['reason']}"
+    # A kernel whose [general.cuda] minver/maxver exclude the release has none of its variants.
+    computes = sorted({m.group(1) for r in plan if r["backend"] == "cuda" for m in [re.search(r"-(cu\d+)-", r["variant"] or "")] if m})
+    return "", f"no {compute} variant: the kernel's build.toml bounds its CUDA to {', '.join(computes) or 'nothing'}"
+
+
+def torch_of(variant: str) -> tuple[int, int]:
+    """(2, 14) of torch214-cxx11-cu130-x86_64-linux or torch-2.14-cxx11-cu130-... (either name style)."""
+    m = re.match(r"torch-?(\d)\.?(\d+)", variant)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def first_error(job: dict) -> str:
+    """The first compiler error of a failed job's log (file:line: message), else the first line
+    of the log that says error, else kbuild's own detail."""
+    from kernel_builder.compile.diagnostics import compiler_errors
+
+    log = Path(job["log"]) if job.get("log") else None
+    text = log.read_text(errors="replace") if log is not None and log.is_file() else ""
+    errors = compiler_errors(text)
+    if errors:
+        e = errors[0]
+        return f"{e.file}:{e.line}: error: {e.message}"
+    line = next((l.strip() for l in text.splitlines() if re.search(r"\berror\b|fatal", l, re.I)), "")
+    detail = (job.get("detail") or "").strip()
+    return line or (detail.splitlines()[0] if detail else f"status {job['status']}")
+
+
+def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, str], out_root: Path) -> CudaRow | None:
+    row = CudaRow(kernel_dir.name)
+    kind, backends = manifest_facts(kernel_dir)
+    if not kind:
+        row.status, row.reason = "refused", backends
+        return row
+    if not cuda_sweep_wanted(kind, backends, bool(args.only)):
+        return None
+    code, plan, tail = kbuild(["plan", str(kernel_dir), "--matrix", "backend=cuda", "--json"], env, 300)
+    if plan is None:
+        row.status, row.reason = "refused", f"kbuild plan: {tail or f'exit {code}'}"
+        return row
+    row.variant, why = cuda_variant(plan, args.cuda_compute)
+    if not row.variant:
+        row.status, row.reason = "not buildable", why
+        return row
+    if args.dry_run:
+        row.status, row.reason = "planned", why
+        return row
+    command = ["build", str(kernel_dir), "--variant", row.variant, "--out", str(out_root / kernel_dir.name), "--json"]
+    if args.cuda_capabilities != "kernel":
+        command += ["--cuda-arch", args.cuda_capabilities]
+    start = time.perf_counter()
+    code, report, tail = kbuild(command, env, args.build_timeout)
+    row.seconds = time.perf_counter() - start
+    job = next((j for j in (report or {}).get("jobs", ()) if j["variant"] == row.variant), None)
+    if code == TIMED_OUT:
+        row.status, row.reason = "timed out", f"still compiling after {args.build_timeout} s (--build-timeout)"
+    elif job is None:
+        row.status, row.reason = "failed", f"kbuild build: {tail or f'exit {code}'}"
+    elif job["status"] in ("built", "up-to-date"):
+        row.status = "built"
+    else:
+        row.status, row.reason = job["status"], first_error(job)
+    return row
+
+
+def print_cuda_table(rows: list[CudaRow], args: argparse.Namespace) -> None:
+    print(f"\n{'kernel':24} {'variant':40} {'status':14} {'seconds':>8}  reason")
+    for r in rows:
+        print(f"{r.kernel:24} {r.variant:40} {r.status:14} {r.seconds:8.1f}  {r.reason[:300]}")
+    built = sum(r.status == "built" for r in rows)
+    caps = "each kernel's own capabilities" if args.cuda_capabilities == "kernel" else f"capability {args.cuda_capabilities}"
+    verb = "planned" if args.dry_run else "compile unchanged"
+    count = sum(r.status == "planned" for r in rows) if args.dry_run else built
+    print(f"\n{count} of {len(rows)} CUDA kernels {verb} for {args.cuda_compute} ({caps}); "
+          f"{sum(r.seconds for r in rows) / 60:.1f} min of builds")
+
+
+def run_cuda_sweep(args: argparse.Namespace, only: set[str], env: dict[str, str], scratch: Path) -> int:
+    kernels = sorted(p.parent for p in args.kc_dir.glob("*/build.toml") if not only or p.parent.name in only)
+    rows = []
+    for kernel_dir in kernels:
+        row = run_cuda_kernel(kernel_dir, args, env, scratch / "out")
+        if row is None:
+            continue
+        rows.append(row)
+        print(f"{row.kernel}: {row.status} in {row.seconds:.0f} s {row.reason[:200]}", file=sys.stderr, flush=True)
+        shutil.rmtree(scratch / "out" / kernel_dir.name, ignore_errors=True)  # the variants are not kept: GBs
+    if not rows:
+        print(f"no CUDA kernels (folders with build.toml) found in {args.kc_dir}", file=sys.stderr)
+        return 2
+    print_cuda_table(rows, args)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kc_dir", type=Path, help="a kernels-community checkout (folders holding build.toml)")
     parser.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
-    parser.add_argument("--cuda", default=",".join(SMALL_CUDA), help="kernels whose CUDA variant is built too, or 'none'")
+    parser.add_argument("--with-cuda", default=",".join(SMALL_CUDA), help="kernels whose CUDA variant is built too, or 'none'")
     parser.add_argument("--toolchains", choices=("present", "hidden"), default="present")
     parser.add_argument("--clean", action="store_true", help="remove each kernel's build/ first")
     parser.add_argument("--no-tests", action="store_true", help="build only")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("--cuda", action="store_true", help="the CUDA sweep: compile every CUDA-only kernel instead")
+    parser.add_argument("--cuda-capabilities", default="9.0",
+                        help="with --cuda: kbuild build's --cuda-arch (one or a few, e.g. 9.0 or 8.0,9.0), or 'kernel' "
+                             "for each kernel's own list")
+    parser.add_argument("--cuda-compute", default="cu130", help="with --cuda: the CUDA release to build for")
+    parser.add_argument("--dry-run", action="store_true", help="with --cuda: print the plan, compile nothing")
+    parser.add_argument("--build-timeout", type=int, default=BUILD_TIMEOUT,
+                        help="with --cuda: seconds one kernel may compile before its row says timed out (default 3600)")
     args = parser.parse_args()
 
     only = {n for n in args.only.split(",") if n}
-    cuda = set() if args.cuda == "none" else set(args.cuda.split(","))
     with tempfile.TemporaryDirectory(prefix="kbuild-corpus-") as scratch:
-        return run_corpus(args, only, cuda, kbuild_env(args.toolchains, Path(scratch)))
+        env = kbuild_env(args.toolchains, Path(scratch))
+        if args.toolchains == "hidden":
+            found = toolkits_kbuild_finds(env)
+            if found:
+                print(f"--toolchains hidden, but kbuild still finds {found}", file=sys.stderr)
+                return 2
+        if args.cuda:
+            return run_cuda_sweep(args, only, env, Path(scratch))
+        cuda = set() if args.with_cuda == "none" else set(args.with_cuda.split(","))
+        return run_corpus(args, only, cuda, env)
 
 
 def run_corpus(args: argparse.Namespace, only: set[str], cuda: set[str], env: dict[str, str]) -> int:

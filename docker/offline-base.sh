@@ -30,6 +30,12 @@ apt_mirror() {  # the first Debian archive apt is configured with (deb822 or one
 
 command -v docker >/dev/null || die "the docker command is not on PATH"
 docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd, or set DOCKER_HOST)"
+# One maker at a time per suite: a second caller (CI's early start, then the tests) waits and
+# finds the first one's image.
+if command -v flock >/dev/null; then
+  exec 9>"${TMPDIR:-/tmp}/kbuild-offline-base-${suite}.lock"
+  flock 9
+fi
 if [ -z "${KBUILD_REBUILD_BASE:-}" ] && docker image inspect "$tag" >/dev/null 2>&1; then
   echo "$tag"
   exit 0

@@ -20,6 +20,9 @@ variables, by what they set:
   dist_compile); `--dist-scheduler`, `--dist-token` override the first two.
 - `MAX_JOBS`, `NVCC_THREADS` (torch's names): parallel compiles within one job and nvcc's
   --threads; `--max-jobs`, `--nvcc-threads` override them.
+- `KBUILD_OUTPUT_CACHE`, `KBUILD_OUTPUT_CACHE_MODE` (`readwrite` or `read`): the store of built
+  variants a build looks its jobs up in and uploads to (kernel_builder.assemble.output_cache);
+  `--output-cache`, `--output-cache-mode` override them.
 - `KBUILD_DOCKER_BASE_IMAGE`: the base of the build images of `--runner docker` when no
   `--base-image` is given (else manylinux_2_28 for the variant's arch).
 - `KBUILD_CI_INSTALL`: the pip requirement the CI workflows kbuild writes install kbuild
@@ -59,12 +62,16 @@ DIST_TOOLCHAINS = "KBUILD_DIST_TOOLCHAINS"
 MAX_JOBS = "MAX_JOBS"
 NVCC_THREADS = "NVCC_THREADS"
 CI_INSTALL = "KBUILD_CI_INSTALL"
+OUTPUT_CACHE = "KBUILD_OUTPUT_CACHE"
+OUTPUT_CACHE_MODE = "KBUILD_OUTPUT_CACHE_MODE"
 DOCKER_BASE_IMAGE = "KBUILD_DOCKER_BASE_IMAGE"
 GITHUB_ACTIONS = "GITHUB_ACTIONS"
 GITHUB_WORKSPACE = "GITHUB_WORKSPACE"
 
 COMPILER_CACHE_TOOLS = ("ccache", "sccache")  # in order of preference
 _COMPILER_CACHE_CHOICES = ("", "auto", "none", *COMPILER_CACHE_TOOLS)
+READWRITE, READ = "readwrite", "read"
+OUTPUT_CACHE_MODES = (READWRITE, READ)  # read: a build of untrusted code (a fork's pull request) adds nothing
 
 
 def positive_count(value: int | str | None, name: str) -> int | None:
@@ -100,6 +107,8 @@ class KbuildEnvironment:
     max_jobs_text: str = ""
     nvcc_threads_text: str = ""
     ci_install: str | None = None
+    output_cache: str | None = None
+    output_cache_mode_text: str = ""  # KBUILD_OUTPUT_CACHE_MODE, lower-cased: see `output_cache_mode`
     docker_base_image: str | None = None
     github_actions: bool = False
     github_workspace: Path | None = None
@@ -111,6 +120,14 @@ class KbuildEnvironment:
             raise UsageError(
                 f"{COMPILER_CACHE} must be one of ccache, sccache, none (or unset), got {self.compiler_cache_text!r}")
         return None if self.compiler_cache_text in ("", "auto") else self.compiler_cache_text
+
+    @property
+    def output_cache_mode(self) -> str | None:
+        """"readwrite" or "read"; None when unset."""
+        if self.output_cache_mode_text and self.output_cache_mode_text not in OUTPUT_CACHE_MODES:
+            raise UsageError(
+                f"{OUTPUT_CACHE_MODE} must be one of {', '.join(OUTPUT_CACHE_MODES)} (or unset), got {self.output_cache_mode_text!r}")
+        return self.output_cache_mode_text or None
 
     @property
     def max_jobs(self) -> int | None:
@@ -152,6 +169,8 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         max_jobs_text=environ.get(MAX_JOBS, ""),
         nvcc_threads_text=environ.get(NVCC_THREADS, ""),
         ci_install=text(CI_INSTALL),
+        output_cache=text(OUTPUT_CACHE),
+        output_cache_mode_text=environ.get(OUTPUT_CACHE_MODE, "").strip().lower(),
         docker_base_image=text(DOCKER_BASE_IMAGE),
         github_actions=environ.get(GITHUB_ACTIONS, "") == "true",
         github_workspace=path(GITHUB_WORKSPACE),

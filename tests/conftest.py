@@ -261,22 +261,20 @@ def ci_install():
         yield CI_INSTALL
 
 
-# -- Parallel runs (pytest-xdist: `python -m pytest -n auto`) --------------------------------
-# A module-scoped fixture is made once per worker that uses it, so each test module runs on one
-# worker (conftest.py's shared builds are made once for all workers: made_once). The modules
-# that watch machine-wide state for their own builds' processes or sockets share one worker, so
-# that they never mistake another's for their own. (A scheduler of our own: xdist's
-# `loadgroup` marks do not reach pytest 9.2's node ids.)
-_MACHINE_WIDE_WATCHERS = {"test_shared_cache", "test_build_interrupt", "test_build_concurrency",
-                          "test_envstore", "test_import_process", "test_tool_processes", "test_compiler_cache"}
+# -- Parallel runs (pytest-xdist: `python -m pytest -n auto`): tests/parallel_schedule.py ------
 
 
 def pytest_xdist_make_scheduler(config, log):
-    from xdist.scheduler import LoadFileScheduling
+    import parallel_schedule
 
-    class ByModule(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "machine-wide" if Path(module).stem in _MACHINE_WIDE_WATCHERS else module
+    return parallel_schedule.make_scheduler(config, log)
 
-    return ByModule(config, log)
+
+def pytest_configure(config):
+    """KBUILD_TEST_DURATIONS_OUT=FILE: the controller writes each module's seconds there
+    (how tests/module_durations.json, which orders the parallel schedule, is measured)."""
+    out = os.environ.get("KBUILD_TEST_DURATIONS_OUT")
+    if out and not _WORKER:
+        import parallel_schedule
+
+        config.pluginmanager.register(parallel_schedule.DurationRecorder(Path(out)), "kbuild-module-durations")

@@ -9,7 +9,6 @@ import typer
 
 from kernel_builder.cli.output import console as _console
 from kernel_builder.cli.output import print_json, print_table
-from kernel_builder.errors import KbuildError
 
 
 def _print_variant_rows(title: str, rows: list[dict]) -> None:
@@ -25,10 +24,6 @@ def _print_variant_rows(title: str, rows: list[dict]) -> None:
         here = "[green]yes[/]" if row["buildable"] else "no"
         table.add_row(escape(row["variant"] or f"({row['backend']})"), here, escape(row["environment"] or row["reason"] or ""))
     print_table(_console(), table)
-
-
-def _environments_title(chooser) -> str:
-    return chooser.primary.describe() if chooser.primary else "no torch in the running interpreter"
 
 
 MATRIX_OPTION = typer.Option(
@@ -123,13 +118,23 @@ def build(
         "makes; it replaces a full build in the output folder, so give it its own --out).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON report (every job, its checks, cache hits) on stdout."),
+    output_cache: Optional[str] = typer.Option(
+        None, "--output-cache", metavar="URL",
+        help="A store of built variants keyed by each job's input id: a verified entry is installed instead of "
+        "compiling, a new build is uploaded. A folder, file://, s3://, gs://, hf:// or http(s):// (read-only) URL "
+        "(default: $KBUILD_OUTPUT_CACHE; see docs/guides/output-cache.md).",
+    ),
+    output_cache_mode: Optional[str] = typer.Option(
+        None, "--output-cache-mode", metavar="MODE",
+        help="readwrite (default) or read: look up but never upload, for builds of untrusted code such as pull "
+        "requests from forks (default: $KBUILD_OUTPUT_CACHE_MODE).",
+    ),
 ) -> None:
     """Build the kernel for this machine's variants (or --variant, or a --matrix selection), in parallel: one folder per variant under build/."""
     from rich.markup import escape
 
     from kernel_builder.pipeline.options import BuildOptions
     from kernel_builder.pipeline.build_kernel import build_kernel
-    from kernel_builder.compile.parallelism import compile_parallelism
     from kernel_builder.runners.progress import progress_for
 
     console = _console(stderr=True)
@@ -140,10 +145,10 @@ def build(
         nvcc_threads=nvcc_threads, compiler_cache=compiler_cache, compiler_cache_tool=compiler_cache_tool,
         dist_scheduler=dist_scheduler, dist_token=dist_token, dist_fallback_local=dist_fallback_local, fail_fast=fail_fast,
         import_check=import_check, strict_abi=strict_abi, runner=runner, base_image=base_image, cuda_arch=cuda_arch or (),
+        output_cache=output_cache, output_cache_mode=output_cache_mode,
     )
-    compile_parallelism(jobs=max_jobs, nvcc_threads=nvcc_threads)  # and so do MAX_JOBS, NVCC_THREADS
-    manifest, report = build_kernel(
-        kernel_dir, options, chooser=options.env_chooser(say), progress=progress_for(console, quiet=as_json),
+    _, report = build_kernel(
+        kernel_dir, options, say=say, progress=progress_for(console, quiet=as_json),
         on_wait=lambda message: console.print(escape(message)),  # stderr, with --json too
     )
     if as_json:
@@ -152,9 +157,7 @@ def build(
         _print_build_report(_console(), report)
     if not report.ok:
         raise typer.Exit(1)
-    if not any(r.status in ("built", "up-to-date", "checked") for r in report.results):
-        skipped = "selected variant" if matrix is not None else "backend"
-        raise KbuildError(f"nothing to build for '{manifest.name}' on this machine: every {skipped} was skipped")
+    report.require_some_built(selection=matrix is not None)
 
 
 _LOG_TAIL_LINES = 15
@@ -185,7 +188,8 @@ def _print_build_report(console, report) -> None:
             table.add_column(column, justify=justify, no_wrap=True)
         for r in jobs:
             hits = f"{r.compiler_cache.hits}/{r.compiler_cache.hits + r.compiler_cache.misses}" if r.compiler_cache else ""
-            table.add_row(escape(r.label), f"[{style.get(r.status, 'bold')}]{r.status}[/]", f"{r.seconds:.1f} s", human_size(r.size), hits)
+            status = f"{r.status} ({r.detail})" if r.status == "up-to-date" and r.detail else r.status
+            table.add_row(escape(r.label), f"[{style.get(r.status, 'bold')}]{escape(status)}[/]", f"{r.seconds:.1f} s", human_size(r.size), hits)
         print_table(console, table)
     for r in jobs:
         if r.status in ("failed", "cancelled", "checked"):
@@ -211,23 +215,16 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as a JSON list."),
 ) -> None:
     """Print the jobs `kbuild build` would run with these options, and why it skips the rest; builds nothing."""
-    from kernel_builder.environments.choice import EnvChooser
-    from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.pipeline.plan import naming_style, plan_build
-    from kernel_builder.pipeline.selection import resolve
+    from kernel_builder.pipeline.options import BuildOptions
+    from kernel_builder.pipeline.plan_assembly import plan_table
 
-    manifest = load_manifest(kernel_dir)
-    selected = resolve(manifest, matrix, shard)
-    style = naming_style(variant_names)
-    chooser = EnvChooser.from_options(env, create=create_env)
-    out = manifest.root / "build"
-    requested = tuple(v.with_style(style) for v in selected or ())
-    rows = plan_build(manifest, chooser, out, requested, skip_unbuildable=True, style=style).rows(chooser)
+    options = BuildOptions(matrix=matrix, shard=shard, variant_names=variant_names, env=env, create_env=create_env)
+    table = plan_table(kernel_dir, options)
     if as_json:
-        print_json(rows)
+        print_json(table.rows)
         return
-    builds = sum(row["buildable"] for row in rows)
-    _print_variant_rows(f"{manifest.name}: {builds} of {len(rows)} build here ({_environments_title(chooser)})", rows)
+    builds = sum(row["buildable"] for row in table.rows)
+    _print_variant_rows(f"{table.kernel}: {builds} of {len(table.rows)} build here ({table.environments})", table.rows)
 
 
 def variants(
@@ -236,16 +233,10 @@ def variants(
     as_json: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
 ) -> None:
     """List the default variant matrix and mark what this machine can build (and why not)."""
-    from kernel_builder.environments.choice import EnvChooser
-    from kernel_builder.pipeline.host import judge
-    from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.variants import BACKENDS, default_matrix
+    from kernel_builder.pipeline.plan_assembly import matrix_table
 
-    manifest = load_manifest(kernel_dir) if kernel_dir is not None else None
-    backends = manifest.general.backends if manifest else BACKENDS
-    chooser = EnvChooser.from_options(env)
-    rows = [judge(manifest, v, chooser) for v in default_matrix().variants if v.backend in backends]
+    table = matrix_table(kernel_dir, env)
     if as_json:
-        print_json(rows)
+        print_json(table.rows)
         return
-    _print_variant_rows(f"variants ({_environments_title(chooser)})", rows)
+    _print_variant_rows(f"variants ({table.environments})", table.rows)

@@ -12,26 +12,8 @@ import typer
 
 from kernel_builder.cli.output import console as _console
 from kernel_builder.cli.output import new_app
-from kernel_builder.errors import UsageError
 
 ci_app = new_app("Continuous integration for kernel repos: write a GitHub Actions workflow, and the steps it runs.")
-
-
-def _positive_shards(shards: Optional[int]) -> None:
-
-    if shards is not None and shards < 1:
-        raise UsageError(f"--shards {shards}: use a positive number of build jobs")
-
-
-def _parse_gpu_runners(values: List[str]) -> tuple:
-
-    pairs = []
-    for value in values:
-        backend, sep, label = value.partition("=")
-        if not sep or not backend.strip() or not label.strip():
-            raise UsageError(f"--gpu-runner {value!r}: expected BACKEND=LABEL, e.g. cuda=gpu-a100")
-        pairs.append((backend.strip(), label.strip()))
-    return tuple(pairs)
 
 
 @ci_app.command()
@@ -65,36 +47,14 @@ def github(
     """Write .github/workflows/kbuild.yml: plan; build each variant on the GitHub runner (`kbuild build --runner local`, one sccache cache shared through --shared-cache, default gha), or with --shared-cache none in kbuild's build images (`--runner docker`); test; publish tags v*.*.*."""
     from rich.markup import escape
 
-    from kernel_builder.scaffold.ci_github import (
-        DEFAULT_MATRIX,
-        WorkflowOptions,
-        write_workflow,
-    )
+    from kernel_builder.scaffold.ci_github import WorkflowOptions, write_github_workflow
 
-    _positive_shards(shards)
-    if not 1 <= build_timeout <= 360:
-        raise UsageError(f"--build-timeout {build_timeout}: GitHub allows 1 to 360 minutes per job")
-    options = WorkflowOptions(
-        matrix=matrix if matrix is not None else DEFAULT_MATRIX,
-        shards=shards,
-        install=install,
-        gpu_runners=_parse_gpu_runners(gpu_runner or []),
-        build_timeout=build_timeout,
-        shared_cache=shared_cache,
-    )
-    from kernel_builder.kernel.manifest import load_manifest
-
-    path = write_workflow(kernel_dir, options, force=force)
+    options = WorkflowOptions.from_flags(matrix, shards, install, gpu_runner or (), build_timeout, shared_cache)
+    path, notes = write_github_workflow(kernel_dir, options, force=force)
     console = _console()
     console.print(f"wrote {escape(str(path))}")
-    hub = load_manifest(kernel_dir).general.hub
-    if hub is None or not hub.repo_id:
-        console.print(escape('note: the publish job needs [general.hub] repo-id = "ORG/NAME" in build.toml, '
-                             "and an HF_TOKEN secret"))
-    labels = sorted({label for _, label in options.gpu_runners})
-    if labels:  # actionlint rejects runner labels it does not know; the repo's own config lists them
-        console.print(f"note: for actionlint, list the runner labels {escape(', '.join(labels))} "
-                      "in .github/actionlint.yaml (self-hosted-runner: labels: [...])")
+    for note in notes:
+        console.print(escape(note))
 
 
 @ci_app.command("matrix")
@@ -103,16 +63,9 @@ def matrix_command(
     shards: Optional[int] = typer.Option(None, "--shards", help="Split the builds into N jobs, as `--shard I/N` does."),
 ) -> None:
     """Print the workflow's job matrices from a plan: one line of JSON {build, test, gpu, variants}."""
-    from kernel_builder.scaffold.ci_github import job_matrices
+    from kernel_builder.scaffold.ci_github import matrices_from_plan
 
-    _positive_shards(shards)
-    try:
-        rows = json.loads(plan_json.read_text())
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read the plan {plan_json}: {e}") from None
-    if not isinstance(rows, list):
-        raise UsageError(f"{plan_json} is not the output of `kbuild plan --json` (a list of rows)")
-    sys.stdout.write(json.dumps(job_matrices(rows, shards), separators=(",", ":")) + "\n")
+    sys.stdout.write(json.dumps(matrices_from_plan(plan_json, shards), separators=(",", ":")) + "\n")
 
 
 @ci_app.command()

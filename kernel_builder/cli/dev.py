@@ -13,7 +13,6 @@ import typer
 
 from kernel_builder.cli.output import console as _console
 from kernel_builder.cli.output import print_json
-from kernel_builder.errors import Interrupted
 
 
 def dev(
@@ -61,13 +60,10 @@ def dev(
     if not watch:
         one_round()
         raise typer.Exit(last[0].exit_code)
-    try:
-        runs = watch_loop(
-            setup, one_round, max_runs=max_runs,
-            on_change=lambda paths: say(f"--- saved {', '.join(_shown(p, setup.kernel_dir) for p in paths)}"),
-        )
-    except KeyboardInterrupt:
-        raise Interrupted("dev: stopped") from None
+    runs = watch_loop(
+        setup, one_round, max_runs=max_runs,
+        on_change=lambda paths: say(f"--- saved {', '.join(_shown(p, setup.kernel_dir) for p in paths)}"),
+    )
     say(f"dev: stopped after {runs} rounds")
     raise typer.Exit(last[0].exit_code if last else 0)
 

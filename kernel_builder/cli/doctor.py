@@ -41,7 +41,8 @@ def print_report(report) -> None:
         [(_ok(t.available), t.name, f"{t.version} ({t.path})" if t.available else t.reason, t.install) for t in report.tools],
     ))
     console.print(_section("build environments", [_environment_row(e) for e in report.environments]))
-    console.print(_section("other", [_docker_row(report.docker), _cache_row(report.compiler_cache), *_resource_rows(report.resources)]))
+    console.print(_section("other", [_docker_row(report.docker), _cache_row(report.compiler_cache), _output_cache_row(report.output_cache),
+                                      *_resource_rows(report.resources)]))
     if report.kernel is not None:
         console.print(_kernel_table(report.kernel))
     console.print(escape(report.summary_line()))
@@ -119,6 +120,11 @@ def _cache_row(c):
     dist = f"; sccache-dist scheduler {c.dist_scheduler}: {c.dist_problem or 'answered'}" if c.dist_scheduler else ""
     healthy = c.remote_answers is not False and not c.dist_problem
     return (STATUS["ok" if healthy else "limited"], "compiler cache", f"{c.tool} ({c.path}), {where}{dist}", None)
+
+
+def _output_cache_row(o):
+    status = "[dim]none[/]" if o.answers is None else STATUS["ok" if o.answers else "limited"]
+    return (status, "output cache", f"{o.store}: {o.detail}" if o.store else o.detail, None)
 
 
 def _resource_rows(r):

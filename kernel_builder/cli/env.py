@@ -1,4 +1,4 @@
-"""`kbuild env ...`: list, create and prune the managed build environments (kernel_builder.environments.store)."""
+"""`kbuild env ...`: list, create and prune the managed build environments (kernel_builder.environments.managed)."""
 
 from __future__ import annotations
 
@@ -26,19 +26,18 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print the environm
     from rich.markup import escape
     from rich.table import Table
 
-    from kernel_builder.environments.store import envs_root, list_envs
+    from kernel_builder.environments.managed import inventory
 
-    from kernel_builder.environments.runtime_overlay import list_overlays
-
-    envs, overlays = list_envs(), list_overlays()
+    found = inventory()
+    envs = found.envs
     if as_json:
-        print_json([*(e.to_json() for e in envs), *(o.to_json() for o in overlays)])
+        print_json(found.to_json())
         return
-    _print_overlays(overlays)
+    _print_overlays(found.overlays)
     if not envs:
-        _console().print(f"no build environments in {escape(str(envs_root()))}")
+        _console().print(f"no build environments in {escape(str(found.root()))}")
         return
-    table = Table(title=f"build environments in {escape(str(envs_root()))}")
+    table = Table(title=f"build environments in {escape(str(found.root()))}")
     for column in ("key", "torch", "compute", "size", "last used"):
         table.add_column(column, no_wrap=True)
     table.add_column("path", overflow="fold")
@@ -82,12 +81,10 @@ def create(
     """Create (or reuse) the build environment for a variant and say where it is."""
     from rich.markup import escape
 
-    from kernel_builder.environments.store import EnvSpec, ensure_env, forget_unservable
+    from kernel_builder.environments.managed import create as create_env
 
-    spec = EnvSpec.parse(name)
     progress = _console(stderr=True)
-    forget_unservable(spec)  # asked for by name: try the index again
-    env = ensure_env(spec, torch_index, say=lambda line: progress.print(escape(line)))
+    spec, env = create_env(name, torch_index, say=lambda line: progress.print(escape(line)))
     _console().print(f"{spec.key}: torch {escape(env.torch_version)} in {escape(env.python)}")
 
 
@@ -102,15 +99,9 @@ def prune(
     and overlays whose build environment is gone always go."""
     from rich.markup import escape
 
-    from kernel_builder.environments.store import prune as prune_envs
-    from kernel_builder.environments.runtime_overlay import list_overlays, prune_overlays
+    from kernel_builder.environments.managed import prune as prune_all
 
-    overlay_keys = {o.key for o in list_overlays()}
-    keys = tuple(keys or ())
-    env_keys = tuple(k for k in keys if k not in overlay_keys)
-    removed = prune_envs(all=remove_all, older_than_days=older_than, keys=env_keys)
-    # After the environments: an overlay on a removed environment is an orphan and goes too.
-    removed += prune_overlays(all=remove_all, older_than_days=older_than, keys=tuple(k for k in keys if k in overlay_keys))
+    removed = prune_all(tuple(keys or ()), all=remove_all, older_than_days=older_than)
     if as_json:
         print_json([e.to_json() for e in removed])
         return

@@ -10,7 +10,6 @@ import typer
 
 from kernel_builder.cli.output import console as _console
 from kernel_builder.cli.output import print_json
-from kernel_builder.errors import KbuildError
 
 
 def test(
@@ -30,15 +29,11 @@ def test(
     installed in a cached test environment."""
     from rich.markup import escape
 
-    from kernel_builder.pipeline.build_then_test import build_for_tests, failed_jobs, run_tests_on_build
+    from kernel_builder.pipeline.build_then_test import build_and_test
 
     console = _console(stderr=True)
-    manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=lambda m: console.print(escape(m)))
-    failed = failed_jobs(report)
-    if failed:  # testing an older build instead would report on code that is not the source's
-        raise KbuildError(f"building {', '.join(r.label for r in failed)} failed: {failed[0].detail}; `kbuild build` shows the log")
-    run = run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args or (), capture=as_json,
-                             clean_env=clean_env)
+    run = build_and_test(kernel_dir, variant=variant, pytest_args=pytest_args or (), capture=as_json, clean_env=clean_env,
+                         on_wait=lambda m: console.print(escape(m)))
     if as_json:
         print_json(run.to_json())
     else:

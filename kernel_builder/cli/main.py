@@ -39,11 +39,11 @@ def version() -> None:
 
 def _register_commands() -> None:
     """Every command and command group of `kbuild`, in the order `kbuild --help` lists them."""
-    from kernel_builder.cli import build, check, ci, dev, docker, doctor, env, kernel_test, lock, migrate, publish, scaffold
+    from kernel_builder.cli import bench, build, check, ci, dev, docker, doctor, env, kernel_test, lock, migrate, publish, scaffold
 
     commands = {
         "init": scaffold.init, "build": build.build, "plan": build.plan, "variants": build.variants, "check": check.check,
-        "test": kernel_test.test, "dev": dev.dev, "publish": publish.publish, "lock": lock.lock, "migrate": migrate.migrate,
+        "test": kernel_test.test, "bench": bench.bench, "dev": dev.dev, "publish": publish.publish, "lock": lock.lock, "migrate": migrate.migrate,
         "doctor": doctor.doctor, "demo": scaffold.demo, "version": version,
     }
     groups = {

@@ -16,18 +16,12 @@ def init(
     no_git: bool = typer.Option(False, "--no-git", help="Do not make the folder a git repository with a first commit."),
 ) -> None:
     """Scaffold a kernel repo with a working example op, tests and CI-ready layout, as a git repo."""
-    from kernel_builder.scaffold.first_commit import make_first_commit
-    from kernel_builder.scaffold.new_kernel import scaffold
+    from rich.markup import escape
 
-    chosen = [b.strip() for b in backends.split(",") if b.strip()]
-    kernel = name.rstrip("/").split("/")[-1]
-    written = scaffold(Path(name), kernel, chosen)
+    from kernel_builder.scaffold.init_kernel import init_kernel
+
     console = _console()
-    console.print(f"created {name}/ ({len(written)} files); next: kbuild build {name}")
-    if not any(p.name == "kbuild.yml" for p in written):
-        _say_why_no_workflow(console)
-    if not no_git:
-        console.print(make_first_commit(Path(name), kernel))
+    init_kernel(name, backends, git=not no_git, say=lambda line: console.print(escape(line)))
 
 
 def demo(
@@ -45,15 +39,3 @@ def demo(
     progress = progress_for(_console(stderr=True), quiet=False)  # the build's, as `kbuild build` shows it
     run_demo(workdir, say=lambda message: console.print(escape(message)), progress=progress)
 
-
-def _say_why_no_workflow(console) -> None:
-    """init writes no CI workflow when CI could not install this kbuild: say so, and how."""
-    from rich.markup import escape
-
-    from kernel_builder.errors import UsageError
-    from kernel_builder.scaffold.kbuild_source import ci_requirement
-
-    try:
-        ci_requirement()
-    except UsageError as e:  # (a workflow skipped for a Metal-only kernel needs no note)
-        console.print(escape(f"note: no .github/workflows/kbuild.yml written: {e.message} to `kbuild ci github`"))

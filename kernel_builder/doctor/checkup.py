@@ -2,7 +2,7 @@
 
 The report asks the modules that decide, rather than judging anew: each backend's own
 toolchain lookup and messages (kernel_builder.compile.backends), `kbuild variants`' verdict per
-variant of the default matrix (host.judge), `kbuild plan`'s for a kernel (plan.plan_build),
+variant of the default matrix (host.judge), `kbuild plan`'s for a kernel (plan_assembly.assemble_plan),
 the build environments (envs, envstore), the build tools and compiler cache a build would
 use, the Docker engine of `--runner docker`, and the cores, memory and disk a build takes.
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from kernel_builder.compile.backends import backend_names, get_backend, tool_version
 from kernel_builder.compile.backends.base import dotted, short_version
 from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.doctor.output_cache import OutputCacheFinding, output_cache_finding
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import human_size
 from kernel_builder.variants import default_matrix
@@ -161,6 +162,7 @@ class DoctorReport:
     compiler_cache: CompilerCacheFinding
     resources: ResourceFinding
     kernel: KernelFinding | None = None
+    output_cache: OutputCacheFinding | None = None
 
     def backend(self, name: str) -> BackendFinding:
         return next(b for b in self.backends if b.backend == name)
@@ -414,15 +416,15 @@ def kernel(kernel_dir: Path, chooser) -> KernelFinding:
     """What `kbuild build KERNEL_DIR` would do per backend, and each variant the kernel
     admits for this platform, built here or why not (`kbuild plan --matrix all`)."""
     from kernel_builder.kernel.manifest import load_manifest
-    from kernel_builder.pipeline.plan import plan_build
+    from kernel_builder.pipeline.plan_assembly import assemble_plan
     from kernel_builder.pipeline.selection import admitted
 
     manifest = load_manifest(kernel_dir)
-    out = manifest.root / "build"
     here = "-".join(host_platform())
-    backends = plan_build(manifest, chooser, out).rows(chooser)
+    inputs = assemble_plan(manifest, chooser=chooser)
+    backends = inputs.rows()
     mine = tuple(v for v in admitted(manifest).variants if v.platform in (None, here))
-    variants = plan_build(manifest, chooser, out, mine, skip_unbuildable=True).rows(chooser) if mine else []
+    variants = inputs.selecting(mine).rows() if mine else []
     return KernelFinding(manifest.name, str(manifest.root), tuple(backends), tuple(variants))
 
 
@@ -443,4 +445,5 @@ def diagnose(kernel_dir: Path | None = None, env_path: Path | None = None) -> Do
         compiler_cache=compiler_cache(),
         resources=resources(envs),
         kernel=found_kernel,
+        output_cache=output_cache_finding(),
     )

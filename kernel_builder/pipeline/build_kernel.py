@@ -11,13 +11,16 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from kernel_builder.assemble.output_cache import output_cache_for
 from kernel_builder.assemble.stamp import remove_stale_staging
 from kernel_builder.pipeline.options import BuildOptions
-from kernel_builder.pipeline.plan import Plan, kernel_work_root, naming_style, plan_build
+from kernel_builder.pipeline.plan import kernel_work_root
+from kernel_builder.pipeline.plan_assembly import assemble_plan
 from kernel_builder.pipeline.report import BuildReport
 from kernel_builder.pipeline.scheduler import Scheduler, plan_slots
-from kernel_builder.pipeline.selection import resolve, select
+from kernel_builder.pipeline.selection import select
 from kernel_builder.compile.compiler_cache import CompilerCache
+from kernel_builder.compile.parallelism import compile_parallelism
 from kernel_builder.compile.tool_processes import ToolProcesses
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import Interrupted
@@ -39,18 +42,21 @@ def build_kernel(
     progress: Progress | None = None,
     on_wait: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
     ops_id: str | None = None,
+    say: Callable[[str], None] = lambda message: None,
 ) -> tuple[Manifest, BuildReport]:
     """Build `kernel_dir` as `options` say (default: BuildOptions(), this machine's variants
     into KERNEL_DIR/build). Selected variants this machine cannot build are skipped with
     the reason; a failing job does not stop the others unless `options.fail_fast`. Every
     new variant is checked before it is installed.
 
-    `chooser` gives the build environments (default: `options.env_chooser()`); `progress`
-    shows the jobs. Another build of the same kernel or into the same output folder runs
+    `chooser` gives the build environments (default: `options.env_chooser(say)`: `say`
+    hears of environments being created); `progress` shows the jobs. Another build of the same kernel or into the same output folder runs
     first; `on_wait` says so once (and reports image builds). `ops_id` is not a user's option:
     kbuild dev's builds, never published, fix their op namespace with it (plan_build)."""
     started = time.perf_counter()
     options = options or BuildOptions()
+    # MAX_JOBS and NVCC_THREADS, read from the environment, fail here as a bad flag would.
+    compile_parallelism(jobs=options.max_jobs, nvcc_threads=options.nvcc_threads)
     manifest = load_manifest(kernel_dir)
     if manifest.framework == "tvm-ffi":  # no torch, no runner: a pipeline of its own
         from kernel_builder.pipeline.build_tvm_ffi import build_tvm_ffi
@@ -59,7 +65,7 @@ def build_kernel(
         with build_lock(manifest, out, on_wait):
             return manifest, build_tvm_ffi(manifest, options, on_wait)
     runner = get_runner(options.runner)
-    request = run_request(manifest, options, chooser or options.env_chooser(), on_wait, ops_id)
+    request = run_request(manifest, options, chooser or options.env_chooser(say), on_wait, ops_id)
     # A missing tool, or a scheduler that does not answer, fails here (asked once: it is a request).
     found_cache = runner.compiler_cache(request)
     if found_cache and found_cache.dist_problem:
@@ -105,20 +111,14 @@ def run_request(
     say: Callable[[str], None] = lambda message: None, ops_id: str | None = None,
 ) -> RunRequest:
     """What a build of `manifest` with `options` asks of its runner: the selected variants
-    (none: the runner's default here), the output folder, and how to plan for this machine."""
+    (none: the runner's default here), the output folder, and how to plan for this machine
+    (kernel_builder.pipeline.plan_assembly)."""
     load_fusions(manifest.root)  # a malformed kbuild.toml fails here, before any compile
-    selected = resolve(manifest, options.matrix, options.shard)
-    out = Path(options.out) if options.out else manifest.root / "build"
-    style = naming_style(options.variant_names, options.variants)
-    requested = options.variants if selected is None else tuple(v.with_style(style) for v in selected)
-
-    def plan_here() -> Plan:
-        return plan_build(
-            manifest, chooser, out, requested, skip_unbuildable=selected is not None, style=style,
-            cuda_arch=options.cuda_arch, ops_id=ops_id,
-        )
-
-    return RunRequest(manifest, out, requested, style, options, chooser, plan_here, lambda: select(manifest, "all"), say)
+    inputs = assemble_plan(manifest, options, chooser, ops_id)
+    return RunRequest(
+        manifest, inputs.out, inputs.requested, inputs.style, options, chooser, inputs.plan,
+        lambda: select(manifest, "all"), say,
+    )
 
 
 def job_settings(
@@ -128,7 +128,7 @@ def job_settings(
     slots = plan_slots(task_count, options.jobs, options.max_jobs, options.nvcc_threads)
     return BuildSettings(
         slots, compiler_cache, progress or Progress(), import_check=options.import_check, strict_abi=options.strict_abi,
-        tools=ToolProcesses(),
+        tools=ToolProcesses(), output_cache=output_cache_for(options.output_cache, options.output_cache_mode),
     )
 
 

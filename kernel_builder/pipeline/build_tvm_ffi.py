@@ -46,7 +46,7 @@ SKIPPED_BACKENDS = {
     "xpu": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far (XPU also needs Intel oneAPI's icpx)",
     "metal": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far (Metal also needs macOS and Xcode)",
 }
-_OPTIONS_REFUSED = ("matrix", "shard", "env", "cuda_arch")
+_OPTIONS_REFUSED = ("matrix", "shard", "env", "cuda_arch", "output_cache")
 
 
 def variant_name(toolchain: TvmFfiToolchain, backend: str, nvcc: Nvcc | None = None) -> str:
@@ -66,7 +66,7 @@ def build_tvm_ffi(
     for name in _OPTIONS_REFUSED:
         if getattr(options, name):
             flag = "--" + name.replace("_", "-")
-            raise UsageError(f"{flag} does not apply to a [tvm-ffi] kernel: its variants are per backend, not per torch release")
+            raise UsageError(f"{flag} does not apply to a [tvm-ffi] kernel: it builds here, one variant per backend, with no torch")
     if options.variant_names == "new":
         raise UsageError("--variant-names new: kernel-builder names [tvm-ffi] variants in the legacy style only (tvm-ffi01-cpu-...)")
     if options.runner != "local":

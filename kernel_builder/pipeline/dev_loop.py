@@ -27,7 +27,7 @@ from kernel_builder.pipeline.build_then_test import build_for_tests, failed_jobs
 from kernel_builder.checks.kernel_tests import TestRun, machine_selection, tests_folder
 from kernel_builder.compile.backends.cuda_arch import ArchChoice, dev_cuda_arch
 from kernel_builder.compile.diagnostics import first_error_excerpt
-from kernel_builder.errors import KbuildError
+from kernel_builder.errors import Interrupted, KbuildError
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.kernel.sources import input_files
 from kernel_builder.paths import cache_dir, short_key
@@ -202,7 +202,8 @@ def watch(
     `max_runs` rounds have run or `changes` ends; the number of rounds run. `changes`
     (default: watchfiles on the kernel folder) yields batches of (change, path). It is read
     from the start, in a thread: a save during a round starts the next one, and all the
-    saves made during one round start one round, not one each."""
+    saves made during one round start one round, not one each. Ctrl-C ends the watch with
+    Interrupted("dev: stopped")."""
     import watchfiles
 
     tests_dir = (setup.kernel_dir / "tests").resolve()
@@ -246,5 +247,7 @@ def watch(
             if ended:
                 break
         return runs
+    except KeyboardInterrupt:
+        raise Interrupted("dev: stopped") from None
     finally:
         stop.set()  # ends watchfiles' watch, and so the thread

@@ -25,7 +25,7 @@ from kernel_builder.compile.compiler_cache import CacheRequest
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import UsageError, VariantError
 from kernel_builder.runners import get_runner
-from kernel_builder.settings import positive_count
+from kernel_builder.settings import OUTPUT_CACHE_MODES, positive_count
 from kernel_builder.variants import Style
 
 
@@ -66,6 +66,10 @@ class BuildOptions:
     # --cuda-arch: compile CUDA variants for these architectures only ("9.0" or "8.0,9.0"; a
     # development build, `kbuild dev`), in a work tree of their own; () compiles the kernel's list.
     cuda_arch: tuple[str, ...] | str = ()
+    # --output-cache: a store of built variants keyed by input id (a folder or an fsspec URL;
+    # None: KBUILD_OUTPUT_CACHE); --output-cache-mode: readwrite, or read (adds nothing).
+    output_cache: str | None = None
+    output_cache_mode: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))  # a list from a caller
@@ -76,6 +80,8 @@ class BuildOptions:
         if self.variant_names is not None:
             Style.parse(self.variant_names)
         object.__setattr__(self, "cuda_arch", parse_cuda_arch(self.cuda_arch))
+        if self.output_cache_mode is not None and self.output_cache_mode not in OUTPUT_CACHE_MODES:
+            raise UsageError(f"--output-cache-mode must be one of {', '.join(OUTPUT_CACHE_MODES)}, got {self.output_cache_mode!r}")
         # An option the runner cannot honour fails here, in one line naming both.
         get_runner(self.runner).check(self.given_flags())
         object.__setattr__(self, "compiler_cache", self._cache_choice())

@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_builder.runners.result import BUILT, CANCELLED, CHECKED, FAILED, SKIPPED, UP_TO_DATE, JobResult
+from kernel_builder.errors import KbuildError
+from kernel_builder.runners.result import (
+    BUILT, CANCELLED, CHECKED, FAILED, FROM_OUTPUT_CACHE, SKIPPED, UP_TO_DATE, JobResult,
+)
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,13 @@ class BuildReport:
     @property
     def ok(self) -> bool:
         return all(r.ok for r in self.results)
+
+    def require_some_built(self, selection: bool) -> None:
+        """A KbuildError when every job was skipped: a build that made nothing failed (with
+        `selection`, --matrix chose the variants; else one per backend was)."""
+        if not any(r.status in (BUILT, UP_TO_DATE, CHECKED) for r in self.results):
+            skipped = "selected variant" if selection else "backend"
+            raise KbuildError(f"nothing to build for '{self.kernel}' on this machine: every {skipped} was skipped")
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -41,6 +51,8 @@ class BuildReport:
     def summary_line(self) -> str:
         counts = ", ".join(f"{self.count(s)} {s}" for s in (BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED) if self.count(s))
         line = f"{self.kernel}: {counts or 'no jobs'} in {self.seconds:.1f} s ({self.concurrent} at once)"
+        fetched = sum(r.status == UP_TO_DATE and r.detail == FROM_OUTPUT_CACHE for r in self.results)
+        line += f"; {fetched} {FROM_OUTPUT_CACHE}" if fetched else ""
         totals = self.cache_totals()
         if totals:
             tool, hits, compiles = totals

@@ -77,13 +77,15 @@ def _keeping(label: str, keep: Callable[[Variant], bool]) -> Step:
     return Step(label, lambda variants: [v for v in variants if keep(v)])
 
 
-def _narrow(variants: list[Variant], steps: list[Step], what: str) -> list[Variant]:
-    """Apply `steps` in order; the first that leaves nothing is the error."""
+def _narrow(variants: list[Variant], steps: list[Step], what: str, listing: bool = True) -> list[Variant]:
+    """Apply `steps` in order; the first that leaves nothing is the error (`listing`: naming
+    the first variants it had)."""
     for step in steps:
         kept = step.apply(variants)
         if not kept:
             shown = ", ".join(v.name for v in variants[:3]) + (", ..." if len(variants) > 3 else "")
-            raise VariantError(f"{what}: {step.label} left none of the {len(variants)} variants before it ({shown})")
+            shown = f" ({shown})" if listing else ""
+            raise VariantError(f"{what}: {step.label} left none of the {len(variants)} variants before it{shown}")
         variants = kept
     return variants
 
@@ -154,6 +156,14 @@ def select(manifest: Manifest, selector: str = "", matrix: Matrix | None = None)
     kernel = admitted(manifest, matrix)
     steps = parse_selector(selector, kernel, matrix)
     return _narrow(list(kernel.variants), steps, f"--matrix '{selector}' selects nothing")
+
+
+def select_from_matrix(selector: str, what: str) -> list[Variant]:
+    """The variants of the whole default matrix, whatever a kernel admits, that every term of
+    `selector` keeps; `what` names the selection in the error when a term leaves none."""
+    matrix = default_matrix()
+    every = Admitted(matrix.variants, tuple(sorted({v.torch for v in matrix.variants})))
+    return _narrow(list(matrix.variants), parse_selector(selector, every, matrix), what, listing=False)
 
 
 def parse_selector(selector: str, kernel: Admitted, matrix: Matrix) -> list[Step]:

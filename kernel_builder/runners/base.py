@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol
 
+from kernel_builder.assemble.output_cache import OutputCache
 from kernel_builder.compile.compiler_cache import CompilerCache, find_compiler_cache
 from kernel_builder.compile.parallelism import Slots
 from kernel_builder.compile.tool_processes import ToolProcesses
@@ -39,6 +40,7 @@ class BuildSettings:
     import_check: bool  # import each new variant in its environment before installing it
     strict_abi: bool  # symbol versions beyond manylinux_2_28 fail the job (else warn)
     tools: ToolProcesses = field(default_factory=ToolProcesses)  # stopped on an interrupt
+    output_cache: OutputCache | None = None  # where a job looks its input id up before compiling
 
 
 @dataclass(frozen=True)

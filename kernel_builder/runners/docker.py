@@ -431,6 +431,8 @@ class DockerRunner(Runner):
         "--dist-fallback-local": Refused("the containers have no network to reach a scheduler" + _LOCAL_ONLY),
         "--cuda-arch": Refused("it restricts a local build to this machine's GPU" + _LOCAL_ONLY),
         "--json": Honoured("kbuild's report, of each container's own --json row"),
+        "--output-cache": Refused("the containers' builds do not reach the store yet" + _LOCAL_ONLY),
+        "--output-cache-mode": Refused("the containers' builds do not reach the store yet" + _LOCAL_ONLY),
     }
 
     def compiler_cache(self, request: RunRequest) -> None:

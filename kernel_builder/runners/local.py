@@ -1,7 +1,8 @@
 """The local runner: one build job in this process, with this machine's toolchain.
 
 Hash the job's inputs; if the existing variant folder carries the same hash and its digests
-still hold, it is up to date. Otherwise generate the CMake project, build with Ninja, stage
+still hold, it is up to date. Else, with an output cache, a verified entry of that hash is
+installed instead of compiling (kernel_builder.assemble.output_cache). Otherwise generate the CMake project, build with Ninja, stage
 the variant folder, check it (kernel_builder.checks.variant_checks) and only then move it
 into place: a variant that fails its checks never replaces the previous one."""
 
@@ -9,13 +10,15 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
+from kernel_builder.assemble.output_cache import OutputCacheError
 from kernel_builder.assemble.stamp import install, stage_variant
 from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
-from kernel_builder.checks.variant_checks import check_variant
+from kernel_builder.checks.variant_checks import WARNING, CheckResult, check_variant
 from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.cmake import build_project, compiled_sources, render_project
 from kernel_builder.compile.compiler_cache import launcher_settings
@@ -26,9 +29,12 @@ from kernel_builder.errors import BuildError, Interrupted, KbuildError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.sources import input_hash
 from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task, writing_to
-from kernel_builder.runners.result import JobResult, folder_size
+from kernel_builder.runners.result import FROM_OUTPUT_CACHE, JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
+
+
+OUTPUT_CACHE_CHECK = "output-cache"  # the name its warnings go by among a job's checks
 
 
 def job_input_hash(job: BuildJob) -> str:
@@ -74,6 +80,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
     label = job.variant.name
     progress = settings.progress
     stats, checks, compiled = None, (), None
+    cache_warnings: list[CheckResult] = []  # an entry refused, an upload lost: reported, never fatal
     # The work tree's build.log is this run's only once it compiles: a job that fails before
     # (its environment, its inputs) must not show the previous build's log as its own.
     logged = False
@@ -81,7 +88,11 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
     def result(status: str, detail: str = "", log: bool = False) -> JobResult:
         log_file = str(job.log_file) if log and job.compiled else None
         size = folder_size(job.dest) if status in ("built", "up-to-date") else None
-        return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size, checks, compiled)
+        return JobResult(label, job.backend, status, time.perf_counter() - start, detail, log_file, stats, size,
+                         (*checks, *cache_warnings), compiled)
+
+    def cache_warning(message: str) -> None:
+        cache_warnings.append(CheckResult(OUTPUT_CACHE_CHECK, WARNING, message))
 
     def doing(text: str) -> None:  # what pip downloads, shown in the job's "environment" step
         progress.doing(label, text, step="environment")
@@ -97,6 +108,13 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         if is_up_to_date(job, wanted):
             drop_other_style(job)
             return result("up-to-date")
+        cache = settings.output_cache
+        if cache is not None:
+            progress.step(label, "output cache")
+            with writing_to(job.out_dir):
+                if cache.fetch(wanted, job.dest, warn=cache_warning):
+                    drop_other_style(job)
+                    return result("up-to-date", FROM_OUTPUT_CACHE)
         with ExitStack() as held:
             prepared = None
             if settings.import_check and job.compiled:
@@ -123,6 +141,12 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         with writing_to(job.out_dir):
             install(staging, job.dest)
             drop_other_style(job)
+        if cache is not None:
+            progress.step(label, "output cache")
+            try:
+                cache.store(wanted, job.dest)
+            except OutputCacheError as e:
+                cache_warning(f"{e.message}; the variant is built and installed")
     except KbuildError as e:
         if isinstance(e, Interrupted) or settings.tools.stopped:
             # A tool ended by a signal, or a step that failed because the build was stopped
@@ -173,6 +197,7 @@ def run_device_check(
 _SLOTS = "each job's compiles at once (BuildSettings.slots)"
 _CHECKS = "the variant's checks (BuildSettings)"
 _CACHE = "the jobs' compiler cache (BuildSettings)"
+_OUTPUT_CACHE = "each job looks its input id up before compiling, uploads after (BuildSettings)"
 
 
 class LocalRunner(Runner):
@@ -204,6 +229,8 @@ class LocalRunner(Runner):
         "--dist-fallback-local": Honoured(_CACHE),
         "--cuda-arch": Honoured("the plan's jobs (their architectures and work tree)"),
         "--json": Honoured("kbuild's report"),
+        "--output-cache": Honoured(_OUTPUT_CACHE),
+        "--output-cache-mode": Honoured(_OUTPUT_CACHE),
     }
 
     def tasks(self, request: RunRequest) -> tuple[list[Task], list[JobResult]]:

@@ -11,6 +11,8 @@ from kernel_builder.compile.compiler_cache import CacheStats
 
 # A job ends in one of these.
 BUILT, UP_TO_DATE, CHECKED, SKIPPED, FAILED, CANCELLED = "built", "up-to-date", "checked", "skipped", "failed", "cancelled"
+# The detail of an up-to-date job whose variant was installed from the output cache, not compiled.
+FROM_OUTPUT_CACHE = "from the output cache"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ GitHub runner, which has no toolchains, but `--runner docker` brings its own.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -36,7 +37,9 @@ __all__ = [
     "WorkflowOptions",
     "check_complete",
     "job_matrices",
+    "matrices_from_plan",
     "render_workflow",
+    "write_github_workflow",
     "write_workflow",
 ]
 
@@ -74,6 +77,31 @@ class WorkflowOptions:
     gpu_runners: tuple[tuple[str, str], ...] = ()  # (backend, self-hosted runner label)
     build_timeout: int = DEFAULT_BUILD_TIMEOUT
     shared_cache: str = DEFAULT_SHARED_CACHE  # gha | redis | s3 | none (SHARED_CACHES)
+
+    @classmethod
+    def from_flags(
+        cls, matrix: str | None = None, shards: int | None = None, install: str | None = None,
+        gpu_runner: Sequence[str] = (), build_timeout: int = DEFAULT_BUILD_TIMEOUT,
+        shared_cache: str = DEFAULT_SHARED_CACHE,
+    ) -> WorkflowOptions:
+        """The options of `kbuild ci github`'s flags (--gpu-runner BACKEND=LABEL); a value
+        wrong on its own is a one-line UsageError naming the flag."""
+        positive_shards(shards)
+        if not 1 <= build_timeout <= 360:
+            raise UsageError(f"--build-timeout {build_timeout}: GitHub allows 1 to 360 minutes per job")
+        pairs = []
+        for value in gpu_runner:
+            backend, sep, label = value.partition("=")
+            if not sep or not backend.strip() or not label.strip():
+                raise UsageError(f"--gpu-runner {value!r}: expected BACKEND=LABEL, e.g. cuda=gpu-a100")
+            pairs.append((backend.strip(), label.strip()))
+        return cls(matrix if matrix is not None else DEFAULT_MATRIX, shards, install, tuple(pairs), build_timeout,
+                   shared_cache)
+
+
+def positive_shards(shards: int | None) -> None:
+    if shards is not None and shards < 1:
+        raise UsageError(f"--shards {shards}: use a positive number of build jobs")
 
 
 def _selected(kernel_dir: Path, options: WorkflowOptions) -> list[Variant]:
@@ -151,7 +179,36 @@ def write_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions(
     return path
 
 
+def write_github_workflow(kernel_dir: Path, options: WorkflowOptions, force: bool = False) -> tuple[Path, list[str]]:
+    """`kbuild ci github`: write the workflow (write_workflow); with it, notes on what the
+    repo still needs for it to run."""
+    from kernel_builder.kernel.manifest import load_manifest
+
+    path = write_workflow(kernel_dir, options, force=force)
+    notes = []
+    hub = load_manifest(kernel_dir).general.hub
+    if hub is None or not hub.repo_id:
+        notes.append('note: the publish job needs [general.hub] repo-id = "ORG/NAME" in build.toml, and an HF_TOKEN secret')
+    labels = sorted({label for _, label in options.gpu_runners})
+    if labels:  # actionlint rejects runner labels it does not know; the repo's own config lists them
+        notes.append(f"note: for actionlint, list the runner labels {', '.join(labels)} "
+                     "in .github/actionlint.yaml (self-hosted-runner: labels: [...])")
+    return path, notes
+
+
 # -- the plan job ---------------------------------------------------------------------------
+def matrices_from_plan(plan_json: Path, shards: int | None = None) -> dict:
+    """`kbuild ci matrix`: job_matrices of the rows in `plan_json` (`kbuild plan --json`'s output)."""
+    positive_shards(shards)
+    try:
+        rows = json.loads(plan_json.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read the plan {plan_json}: {e}") from None
+    if not isinstance(rows, list):
+        raise UsageError(f"{plan_json} is not the output of `kbuild plan --json` (a list of rows)")
+    return job_matrices(rows, shards)
+
+
 def _test_torch(variant: Variant) -> tuple[int, int]:
     """The torch a variant's tests run on: its own; the newest it loads on for stable-ABI
     and noarch variants."""

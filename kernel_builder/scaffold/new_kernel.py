@@ -6,8 +6,9 @@ chosen backend needs (ROCm shares the CUDA source through its portability header
 package name and a leading `dot-` a leading dot; `.j2` files are rendered with jinja2
 (StrictUndefined) and lose the suffix, the rest are copied byte for byte.
 
-Template variables: `name` (kebab-case), `python_name` (underscores), `backends` (the
-chosen ones, in BACKENDS order) and `kbuild_version`.
+Template variables: `name` (kebab-case), `python_name` (underscores), `class_name`
+(CamelCase, for the benchmark's class), `backends` (the chosen ones, in BACKENDS order) and
+`kbuild_version`.
 
 The repo also gets the GitHub workflow of `kbuild ci github` (ci_github.py) with its
 defaults, unless GitHub's Linux runners can build none of its variants (Metal only).
@@ -109,7 +110,9 @@ def scaffold(dest: Path, name: str, backends: Sequence[str]) -> list[Path]:
 
     python_name = name.replace("-", "_")
     folders = ["common"] + sorted({f for b in chosen for f in BACKEND_FOLDERS[b]})
-    values = {"name": name, "python_name": python_name, "backends": chosen, "kbuild_version": __version__}
+    class_name = "".join(part.capitalize() for part in name.split("-"))
+    values = {"name": name, "python_name": python_name, "class_name": class_name, "backends": chosen,
+              "kbuild_version": __version__}
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
     # Parents we create are removed again if anything fails.

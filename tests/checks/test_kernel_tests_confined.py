@@ -26,7 +26,8 @@ from kernel_builder.kernel.manifest import load_manifest
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
 # The repo provides helpers (a module at its root) and benchmarks (a package); the rest is the index's.
 DEPENDENT_TEST = "import helpers\nimport benchmarks.bench\n"
-CONFUSED_TEST = DEPENDENT_TEST + "import attr\nimport jwt\nimport apex\n\n\ndef test_nothing():\n    pass\n"
+# Modules the test extra does not install (attrs came with aiohttp and moto): bs4 is beautifulsoup4.
+CONFUSED_TEST = DEPENDENT_TEST + "import bs4\nimport jwt\nimport apex\n\n\ndef test_nothing():\n    pass\n"
 
 
 # A name nothing known provides, imported by the kernel's own package: an index could serve
@@ -74,14 +75,14 @@ def test_pip_is_never_asked_for_the_repos_own_modules_and_imports_resolve_to_the
     run = kernel_tests.run_kernel_tests(
         kernel, load_manifest(kernel), variant, ("-q",), base_python=sys.executable, capture=True,
     )
-    assert asked and not asked & {"helpers", "benchmarks", "attr", "jwt", "apex", UNKNOWN}, asked
-    assert {"attrs", "PyJWT"} <= asked
+    assert asked and not asked & {"helpers", "benchmarks", "bs4", "jwt", "apex", UNKNOWN}, asked
+    assert {"beautifulsoup4", "PyJWT"} <= asked
     installs = {i["package"]: i for i in run.installs}
-    assert installs["attrs"]["why"] == "tests/test_deps.py imports attr"
+    assert installs["beautifulsoup4"]["why"] == "tests/test_deps.py imports bs4"
     assert installs["PyJWT"]["spec"] == "PyJWT"
     assert run.to_json()["installs"] == run.installs
     # Listed (on stderr, as --json keeps stdout) before pip runs, one line each.
-    assert "test environment installs attrs: tests/test_deps.py imports attr" in listed_before_pip
+    assert "test environment installs beautifulsoup4: tests/test_deps.py imports bs4" in listed_before_pip
     (apex,) = [n for n in run.not_installed if n["package"] == "apex"]
     assert apex["reason"].startswith("tests/test_deps.py imports apex: ") and "built from source" in apex["reason"]
     (unknown,) = [n for n in run.not_installed if n["package"] == UNKNOWN]

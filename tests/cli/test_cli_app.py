@@ -10,7 +10,7 @@ import pytest
 from kernel_builder.cli import main as cli
 from kernel_builder.errors import BuildError, KbuildError, ManifestError, UsageError, VariantError
 
-COMMANDS = {"init", "build", "plan", "variants", "check", "test", "dev", "publish", "lock", "migrate", "doctor", "demo", "version"}
+COMMANDS = {"init", "build", "plan", "variants", "check", "test", "bench", "dev", "publish", "lock", "migrate", "doctor", "demo", "version"}
 GROUPS = {"env", "docker", "ci"}
 
 

@@ -13,10 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REPO
+from documented_commands import PAGES
 from kernel_builder.cli.main import app
 from kernel_builder.cli.reference import commands, markdown
-
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def test_the_docs_site_builds_strictly(tmp_path):
@@ -71,9 +70,15 @@ def test_the_readme_is_a_front_door_whose_links_into_docs_resolve():
     assert not [link for link in links if not (REPO / link).exists()]
 
 
+_MACHINE_PATH = re.compile(r"(?<![\w.~-])(/root/|/work/|/home/(?!me/)|/Users/|/tmp/(?!kbuild-<uid>))\S*")
+
+
 def test_no_page_shows_a_machines_own_paths():
-    """Sample outputs use neutral paths (/home/me/...), never a session's /tmp, /root or /work
-    (kbuild's own documented /tmp/kbuild-<uid>/ folders are the exception)."""
-    machine = re.compile(r"(?<![\w.~-])(/root/|/work/|/tmp/(?!kbuild-<uid>))\S*")
-    found = [f"{page.relative_to(REPO)}: {m.group(0)}" for page in PAGES for m in machine.finditer(page.read_text())]
-    assert not found, found
+    """Sample outputs use the placeholder home /home/me/... (CONTRIBUTING.md), never a real one
+    (/home/<user>, /Users/<user>, /root) or a session's /tmp or /work (kbuild's own documented
+    /tmp/kbuild-<uid>/ folders are the exception)."""
+    found = [f"{page.relative_to(REPO)}:{page.read_text()[:m.start()].count(chr(10)) + 1}: {m.group(0)}"
+             for page in PAGES for m in _MACHINE_PATH.finditer(page.read_text())]
+    assert not found, "use /home/me/... (CONTRIBUTING.md, Docs):\n" + "\n".join(found)
+    sample = "cache in /home/alice/.cache/kbuild; /home/me/.cache/kbuild; /tmp/pytest-7/relu; /tmp/kbuild-<uid>/sccache/"
+    assert [m.group(0) for m in _MACHINE_PATH.finditer(sample)] == ["/home/alice/.cache/kbuild;", "/tmp/pytest-7/relu;"]

@@ -34,7 +34,7 @@ def test_files_the_build_does_not_read_leave_the_id_and_the_dirty_flag_alone(ker
     assert len(first) == 7 and int(first, 16) >= 0 and state is not None and not state.dirty
     (kernel / "README.md").write_text("more words\n")
     (kernel / "tests" / "test_extra.py").write_text("def test_x(): pass\n")
-    (kernel / "benchmarks").mkdir()
+    (kernel / "benchmarks" / "benchmark.py").write_text("print(1)\n")  # the scaffold's own, edited
     (kernel / "benchmarks" / "bench.py").write_text("print(1)\n")
     (kernel / ".gitignore").write_text("build/\n*.log\n")
     (kernel / "build").mkdir()

@@ -198,3 +198,9 @@ def test_report_totals_and_json(tmp_path):
     assert data["counts"]["built"] == 2 and data["compiler_cache"] == {"tool": "ccache", "hits": 4, "compiles": 8, "hit_rate": 0.5}
     assert [j["variant"] for j in data["jobs"]] == ["a", "b", "c", "(metal)"] and data["jobs"][0]["size"] == 2048
     assert human_size(2048) == "2.0 KB" and human_size(512) == "512 B"
+
+
+def test_report_counts_the_variants_from_the_output_cache(tmp_path):
+    results = (JobResult("a", "cpu", "up-to-date", 0.2, detail="from the output cache"), JobResult("b", "cpu", "up-to-date", 0.1))
+    line = BuildReport("k", tmp_path, results, 0.3, 2).summary_line()
+    assert line == "k: 2 up-to-date in 0.3 s (2 at once); 1 from the output cache"

@@ -3,8 +3,8 @@ base (docker/offline-base.sh), pip settings forwarded from the host, and kernels
 containers: tiny (outputs belong to the caller), then examples/swiglu's CPU and cu130
 variants (nvcc from NVIDIA's wheels), checked with `kbuild check` and loaded on the host.
 
-.ci/run starts an engine and makes the base; elsewhere these tests make the base
-themselves where they can (root, debootstrap) and skip, saying why, where no engine runs."""
+.ci/run starts an engine and starts making the base in the background; the tests make the base
+(or wait for that run) where they can (root, debootstrap) and skip, saying why, where no engine runs."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def engine():
 
 @pytest.fixture(scope="module")
 def base_image(engine) -> str:
-    """$KBUILD_TEST_BASE_IMAGE (what .ci/run made), else docker/offline-base.sh's image."""
+    """$KBUILD_TEST_BASE_IMAGE, else docker/offline-base.sh's image (.ci/run starts making it early; the script
+    waits for that run and finds its image)."""
     if os.environ.get("KBUILD_TEST_BASE_IMAGE"):
         return os.environ["KBUILD_TEST_BASE_IMAGE"]
     done = subprocess.run([str(REPO / "docker" / "offline-base.sh")], capture_output=True, text=True, check=False)

@@ -24,6 +24,7 @@ import typer.main
 from typer.testing import CliRunner
 
 import kernel_builder.pipeline.build_kernel as pipeline
+import kernel_builder.pipeline.plan_assembly as plan_assembly
 from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.pipeline.build_kernel import build_kernel, job_settings, run_request
 from kernel_builder.pipeline.report import BuildReport
@@ -76,6 +77,8 @@ GIVE: dict[str, list[str]] = {
     "--dist-fallback-local": ["--dist-fallback-local"],
     "--cuda-arch": ["--cuda-arch", "9.0"],
     "--json": ["--json"],
+    "--output-cache": ["--output-cache", "{tmp}/store"],
+    "--output-cache-mode": ["--output-cache", "{tmp}/store", "--output-cache-mode", "read"],
 }
 
 
@@ -228,7 +231,7 @@ def _missing_images_are_skipped(job: Job, kernel: Path) -> bool:
 
 def _planned_with(job: Job) -> dict:
     """The keyword arguments the local runner's plan is made with (kernel_builder.pipeline.plan.plan_build)."""
-    with mock.patch.object(pipeline, "plan_build", lambda *args, **kwargs: kwargs):
+    with mock.patch.object(plan_assembly, "plan_build", lambda *args, **kwargs: kwargs):
         return job.request.plan_here()
 
 
@@ -298,6 +301,9 @@ REACHES: dict[str, dict[str, Check]] = {
         "--dist-fallback-local": lambda job, k: job.options.compiler_cache.dist_fallback_local,
         "--cuda-arch": lambda job, k: _planned_with(job)["cuda_arch"] == ("9.0",),
         "--json": lambda job, k: _report_as_json(job, k),
+        "--output-cache": lambda job, k: job.settings.output_cache.url == str(k.parent / "store")
+        and job.settings.output_cache.writable,
+        "--output-cache-mode": lambda job, k: job.settings.output_cache.mode == "read" and not job.settings.output_cache.writable,
     },
 }
 

@@ -79,7 +79,8 @@ class Expressions:
                 value = value[key]
             return value if isinstance(value, str) else json.dumps(value)
         fixed = {"runner.temp": self.runner_temp, "secrets.HF_TOKEN": self.token, "github.ref_name": self.ref_name,
-                 "github.sha": "0" * 40, "steps.plan.outputs.plan": json.dumps(self.plan)}
+                 "github.sha": "0" * 40, "steps.plan.outputs.plan": json.dumps(self.plan),
+                 "github.event_name == 'pull_request' && 'read' || 'readwrite'": "readwrite"}
         if expression in fixed:
             return fixed[expression]
         raise AssertionError(f"the test knows no value for the expression {expression!r}")
@@ -377,7 +378,10 @@ def test_each_shared_cache_wires_sccache_into_the_build_jobs_and_passes_actionli
         assert any(u.startswith("actions/cache@") for u in uses)
         return
     assert "--runner local" in build["run"] and build["env"]["KBUILD_COMPILER_CACHE"] == "sccache"
-    assert not any(u.startswith("actions/cache@") for u in uses)
+    # actions/cache holds the output cache only (sccache keeps its own cache).
+    (cached,) = [s for s in steps if s.get("uses", "").startswith("actions/cache@")]
+    assert cached["with"]["path"] == build["env"]["KBUILD_OUTPUT_CACHE"] == "${{ runner.temp }}/kbuild-output-cache"
+    assert "'pull_request' && 'read'" in build["env"]["KBUILD_OUTPUT_CACHE_MODE"]
     assert any("sccache==" in s.get("run", "") for s in steps)
     backend = {"gha": "SCCACHE_GHA_ENABLED", "redis": "SCCACHE_REDIS_ENDPOINT", "s3": "SCCACHE_BUCKET"}[shared]
     assert backend in build["env"]

@@ -32,6 +32,7 @@ COMMON = {
     "torch-ext/my_op/__init__.py",
     "torch-ext/my_op/layers.py",
     "tests/test_my_op.py",
+    "benchmarks/benchmark.py",
 }
 PER_FOLDER = {
     "cpu": {"my_op_cpu/scale_add.cpp"},
@@ -172,8 +173,9 @@ def test_the_generated_readme_runs_with_the_quick_start_install(tmp_path):
     root, _ = render(tmp_path, ["cpu"])
     block = re.search(r"## Build, test, load\n\n```bash\n(.*?)```", (root / "README.md").read_text(), re.S)
     commands = [line.split("#")[0].split() for line in block.group(1).splitlines() if line.strip()]
-    assert [words[:3] for words in commands] == [["kbuild", "build", "my-op"], ["kbuild", "test", "my-op"]]
-    assert {c.name for c in app.registered_commands} >= {"build", "test"}
+    assert [words[:3] for words in commands] == [["kbuild", "build", "my-op"], ["kbuild", "test", "my-op"],
+                                                 ["kbuild", "bench", "my-op"]]
+    assert {c.name for c in app.registered_commands} >= {"build", "test", "bench"}
     assert "pytest my-op" not in (root / "README.md").read_text()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -11,6 +12,7 @@ import pytest
 
 from conftest import kbuild, kbuild_in_process
 from git_repo import git, new_repo
+from kernel_builder.checks.kernel_benchmarks import KERNELS_CLI
 from kernel_builder.pipeline.plan import kernel_work_root
 from kernel_builder.compile.backends.cuda import nvcc_path
 from kernel_builder.errors import KbuildError
@@ -21,7 +23,8 @@ from kernel_builder.scaffold.new_kernel import scaffold
 
 def test_init_all_backends_writes_every_source(tmp_path):
     files = {p.relative_to(tmp_path / "k").as_posix() for p in scaffold(tmp_path / "k", "my-op", ["cpu", "cuda", "rocm", "metal", "xpu"])}
-    for rel in ("build.toml", ".gitignore", ".gitattributes", "README.md", "tests/test_my_op.py", "torch-ext/my_op/__init__.py",
+    for rel in ("build.toml", ".gitignore", ".gitattributes", "README.md", "tests/test_my_op.py", "benchmarks/benchmark.py",
+                "torch-ext/my_op/__init__.py",
                 "torch-ext/my_op/layers.py", "my_op_cpu/scale_add.cpp", "my_op_cuda/scale_add_kernel.cu", "my_op_metal/scale_add.metal",
                 "my_op_xpu/scale_add.cpp"):
         assert rel in files, rel
@@ -59,6 +62,21 @@ def test_init_then_build_then_generated_tests_pass(tmp_path):
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "demo/tests"],
                            cwd=tmp_path, capture_output=True, text=True, check=False)
     assert tests.returncode == 0 and "12 passed" in tests.stdout, tests.stdout[-2000:]
+
+    # The template's benchmark on this CPU build: kernels 0.19.1's own CLI, then `kbuild bench`
+    # (the build is up to date: it only runs them).
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    theirs = subprocess.run([sys.executable, "-c", KERNELS_CLI, "benchmark", "./demo", "--iterations", "3", "--warmup", "1"],
+                            cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
+    assert theirs.returncode == 0 and "DemoBenchmark" in theirs.stderr and "✗" not in theirs.stderr, theirs.stderr[-3000:]
+    (library,) = (tmp_path / "demo" / "build" / rows["cpu"]["variant"]).glob("*.so")
+    built_at = library.stat().st_mtime_ns
+    ours = kbuild("bench", "demo", "--json", "--iterations", "3", "--warmup", "1", cwd=tmp_path, env=env)
+    assert ours.returncode == 0, ours.stderr[-3000:]
+    data = json.loads(ours.stdout)
+    assert data["variant"] == rows["cpu"]["variant"] and library.stat().st_mtime_ns == built_at
+    assert {r["workload"]: r["verified"] for r in data["results"]} == {"DemoBenchmark.fp32": True, "DemoBenchmark.bf16": True}
+    print(theirs.stderr, "\n".join(f"{r['workload']}: {r['timingResults']['mean_ms']} ms" for r in data["results"]))
 
 
 @pytest.mark.e2e

@@ -1,8 +1,8 @@
 """The swiglu ops against PyTorch eager, side by side in one run.
 
-    python benchmarks/benchmark_swiglu.py                 # after `kbuild build examples/swiglu`
-    python benchmarks/benchmark_swiglu.py --dtypes bf16 --shapes 2048x4096 --backward
-    SWIGLU_DISABLE_AVX512=1 python benchmarks/benchmark_swiglu.py   # the portable path
+    python benchmarks/compare_eager.py                 # after `kbuild build examples/swiglu`
+    python benchmarks/compare_eager.py --dtypes bf16 --shapes 2048x4096 --backward
+    SWIGLU_DISABLE_AVX512=1 python benchmarks/compare_eager.py   # the portable path
 
 For each op, dtype and (tokens, d) shape, the kernel and the eager reference
 run interleaved (kernel, eager, kernel, ...), each call timed on its own, and

@@ -2,7 +2,7 @@
 side, in one run.
 
     kbuild build examples/layer-norm
-    python examples/layer-norm/benchmarks/benchmark_layer_norm.py [--threads N]
+    python examples/layer-norm/benchmarks/compare_eager.py [--threads N]
         [--dtypes fp32 bf16] [--tokens 2048 8192] [--hidden 2048 4096] [--reps 15]
         [--backward] [--device cpu|cuda]
 

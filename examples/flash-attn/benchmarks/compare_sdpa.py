@@ -6,10 +6,10 @@ are compared. The forward is charged 4 * seqlen^2 * head_dim * heads * batch FLO
 that when causal), the backward 2.5x the forward (flash-attn's convention), which
 gives the GFLOP/s columns. Not a test: it prints a table.
 
-    python benchmarks/benchmark_flash_attn.py                      # forward, the full grid
-    python benchmarks/benchmark_flash_attn.py --backward           # forward and backward
-    python benchmarks/benchmark_flash_attn.py --threads 1 --seqlens 2048 --dtypes fp32
-    python benchmarks/benchmark_flash_attn.py --clock thread       # CPU time of one thread
+    python benchmarks/compare_sdpa.py                      # forward, the full grid
+    python benchmarks/compare_sdpa.py --backward           # forward and backward
+    python benchmarks/compare_sdpa.py --threads 1 --seqlens 2048 --dtypes fp32
+    python benchmarks/compare_sdpa.py --clock thread       # CPU time of one thread
 
 ``--clock thread`` (with ``--threads 1``) measures the calling thread's CPU time instead of
 wall time: on a machine shared with other jobs it counts only the time the benchmark ran.

@@ -1,0 +1,70 @@
+"""benchmarks/community_corpus.py, the kernels-community sweeps, without the corpus: its machine
+without toolkits (`--toolchains hidden`) and the CUDA sweep's choices (`--cuda`), on our own
+relu in the community's layout. A full sweep is a benchmark run by hand (docs/status.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import community_corpus as corpus  # noqa: E402
+
+SCRIPT = REPO / "benchmarks" / "community_corpus.py"
+
+
+def test_hidden_toolchains_leave_kbuild_no_toolkit_to_find(tmp_path):
+    present = corpus.toolkits_kbuild_finds(corpus.kbuild_env("present", tmp_path / "p"))
+    if not present:
+        pytest.skip("no nvcc, hipcc or icpx on this machine: nothing to hide")
+    if corpus.toolkit_folders() and shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed: --toolchains hidden needs it to mask the standard toolkit folders")
+    hidden = corpus.kbuild_env("hidden", tmp_path / "h")
+    assert corpus.toolkits_kbuild_finds(hidden) == "", "kbuild still finds a toolkit with --toolchains hidden"
+
+
+def test_the_cuda_sweep_takes_cuda_only_torch_kernels_and_the_newest_torch_of_the_release():
+    assert corpus.cuda_sweep_wanted("torch", "cuda", named=False)
+    assert not corpus.cuda_sweep_wanted("torch", "cpu,cuda", named=False)  # not CUDA-only
+    assert corpus.cuda_sweep_wanted("torch", "cpu,cuda", named=True)  # but named by --only
+    assert not corpus.cuda_sweep_wanted("noarch", "cuda", named=True)
+    plan = [
+        {"variant": "torch212-cxx11-cu130-x86_64-linux", "backend": "cuda", "buildable": True, "environment": "e212", "reason": None},
+        {"variant": "torch214-cxx11-cu130-x86_64-linux", "backend": "cuda", "buildable": True, "environment": "e214", "reason": None},
+        {"variant": "torch214-cxx11-cu130-aarch64-linux", "backend": "cuda", "buildable": False, "environment": None, "reason": "arm"},
+        {"variant": "torch214-cxx11-cu126-x86_64-linux", "backend": "cuda", "buildable": False, "environment": None, "reason": "nvcc"},
+    ]
+    assert corpus.cuda_variant(plan, "cu130") == ("torch214-cxx11-cu130-x86_64-linux", "e214")
+    assert corpus.cuda_variant(plan[3:], "cu130") == ("", "no cu130 variant: the kernel's build.toml bounds its CUDA to cu126")
+
+
+def test_a_failure_is_reported_by_its_first_compiler_error(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text("[1/3] nvcc ...\nkernel.cu(12): error: identifier \"cub::Sum\" is undefined\n"
+                   "kernel.cu(12): error: identifier \"cub::Sum\" is undefined\nninja: build stopped\n")
+    job = {"status": "failed", "detail": "compile failed", "log": str(log)}
+    assert corpus.first_error(job) == 'kernel.cu:12: error: identifier "cub::Sum" is undefined'
+    log.write_text("nvcc fatal   : Unsupported gpu architecture 'compute_200'\n")
+    assert corpus.first_error(job) == "nvcc fatal   : Unsupported gpu architecture 'compute_200'"
+    assert corpus.first_error({"status": "failed", "detail": "import check failed\nmore", "log": None}) == "import check failed"
+
+
+@pytest.mark.e2e
+def test_cuda_dry_run_plans_the_cu130_variant_and_compiles_nothing(tmp_path):
+    shutil.copytree(EXAMPLES / "relu", tmp_path / "kc" / "relu", ignore=shutil.ignore_patterns("build"))
+    out = tmp_path / "rows.json"
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "kc"), "--cuda", "--only", "relu", "--dry-run",
+                             "--json", str(out)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["kernel"] == "relu" and row["status"] in ("planned", "not buildable"), row
+    if row["status"] == "planned":
+        assert "-cu130-x86_64-linux" in row["variant"] and "1 of 1 CUDA kernels planned for cu130 (capability 9.0)" in result.stdout
+    assert not (tmp_path / "kc" / "relu" / "build").exists()
