@@ -116,41 +116,48 @@ def backend_metadata(job: BuildJob) -> dict:
     return get_backend(job.backend).metadata(job)
 
 
-def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dict:
-    general = job.manifest.general
-    python_depends = list(general.all_python_depends(job.backend))
-    backend: dict = {"type": job.backend, **backend_metadata(job)}
+def kernel_metadata(manifest, backend: str, ops_name: str, source) -> dict:
+    """metadata.json's keys about the kernel and who built it, the same for every framework:
+    id, name, version, license, python-depends, kernel-depends, provenance, upstream, source."""
+    general = manifest.general
     kbuild = kbuild_git_state()
     builder: dict = {"version": __version__}
     if kbuild is not None:
         builder.update(commit=kbuild.commit, dirty=kbuild.dirty)
     provenance: dict = {"kernel-builder": builder}
-    if job.source is not None:
-        provenance["kernel"] = {"commit": job.source.commit, "dirty": job.source.dirty}
+    if source is not None:
+        provenance["kernel"] = {"commit": source.commit, "dirty": source.dirty}
     metadata = {
-        "id": job.ops_name,
+        "id": ops_name,
         "name": general.name,
         "version": general.version,
         # The kernels runtime requires a string; SPDX spells "not stated" NOASSERTION.
         "license": general.license or "NOASSERTION",
-        "python-depends": python_depends,
-        "backend": backend,
-        "digest": {"algorithm": "sha256", "files": files},
+        "python-depends": list(general.all_python_depends(backend)),
         "provenance": provenance,
-        # kbuild's own bookkeeping; the runtime ignores unknown keys.
-        "kbuild": {"input-hash": input_hash, "variant": job.variant.name, "torch": job.env.torch_version},
     }
-    if general.build_layout == ZIP:
-        metadata["build-layout"] = ZIP  # absent means "files", which every kernels release reads
-    minver = required_kernels_version(job)
-    if minver is not None:
-        metadata["kernels-minver"] = minver
-    kernel_depends = general.all_kernel_depends(job.backend)
+    kernel_depends = general.all_kernel_depends(backend)
     if kernel_depends:
         metadata["kernel-depends"] = [d.as_json() for d in kernel_depends]
     for key in ("upstream", "source"):
         if getattr(general, key):
             metadata[key] = getattr(general, key)
+    return metadata
+
+
+def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dict:
+    metadata = kernel_metadata(job.manifest, job.backend, job.ops_name, job.source)
+    metadata.update({
+        "backend": {"type": job.backend, **backend_metadata(job)},
+        "digest": {"algorithm": "sha256", "files": files},
+        # kbuild's own bookkeeping; the runtime ignores unknown keys.
+        "kbuild": {"input-hash": input_hash, "variant": job.variant.name, "torch": job.env.torch_version},
+    })
+    if job.manifest.general.build_layout == ZIP:
+        metadata["build-layout"] = ZIP  # absent means "files", which every kernels release reads
+    minver = required_kernels_version(job)
+    if minver is not None:
+        metadata["kernels-minver"] = minver
     return metadata
 
 

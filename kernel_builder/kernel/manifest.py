@@ -34,7 +34,8 @@ KNOWN_DEPENDS = (
     "cutlass_2_10", "cutlass_3_5", "cutlass_3_6", "cutlass_3_8", "cutlass_3_9", "cutlass_4_0", "cutlass_4_4",
     "cutlass_4_5", "metal-cpp", "sycl_tla", "torch", "torch-stable-abi-shim",
 )
-# Frameworks kbuild parses but does not build yet; `kbuild build` refuses them in one line.
+# Frameworks outside torch: parsed into Manifest.other. `kbuild build` builds [tvm-ffi]
+# (kernel_builder.pipeline.build_tvm_ffi); every other command, and [mlx-noarch] always, refuse in one line.
 UNBUILT_FRAMEWORKS = ("tvm-ffi", "mlx-noarch")
 MIN_TILEIRAS = "13.2"  # rust-cutile: the first CUDA release with cuTile
 _GIT_SCHEMES = ("https", "http", "git", "ssh", "git+ssh", "git+https", "git+http")
@@ -166,6 +167,8 @@ class OtherFramework:
     name: str
     src: tuple[str, ...] = ()
     include: tuple[str, ...] = ()
+    cxx_flags: tuple[str, ...] = ()  # [tvm-ffi] cxx-flags: the binding sources' flags only
+    pyext: tuple[str, ...] = ("py",)  # the package files a variant ships (kernel-builder: py always, plus these)
 
 
 @dataclass(frozen=True)
@@ -219,15 +222,17 @@ class Manifest:
 
     @property
     def package_dir(self) -> Path:
-        """torch-ext/<python_name>/: the Python package copied into every variant."""
-        return self.root / "torch-ext" / self.python_name
+        """torch-ext/<python_name>/ (tvm-ffi-ext/ under [tvm-ffi]): the Python package copied into every variant."""
+        ext = "tvm-ffi-ext" if self.framework == "tvm-ffi" else "torch-ext"
+        return self.root / ext / self.python_name
 
     def require_buildable(self) -> None:
-        """Refuse, in one line, a kernel kbuild reads but cannot build yet ([tvm-ffi], [mlx-noarch])."""
+        """Refuse, in one line, a kernel the torch pipeline cannot plan ([tvm-ffi], [mlx-noarch])."""
         if self.other is not None:
+            what = ("only `kbuild build` builds this framework so far" if self.other.name == "tvm-ffi"
+                    else "kbuild reads this framework but does not build it yet")
             raise ManifestError(
-                f"{display_path(self.path)}: [{self.other.name}]: kbuild reads this framework but does not build it "
-                "yet; kernel-builder (huggingface/kernels) builds it"
+                f"{display_path(self.path)}: [{self.other.name}]: {what}; kernel-builder (huggingface/kernels) builds it"
             )
 
     def units_for(self, backend: str) -> tuple[KernelUnit, ...]:
@@ -562,7 +567,8 @@ def _other_framework(file: str, name: str, table: Any, general: General) -> Othe
         return OtherFramework(name)
     spec = {"src": _str_list, "include": _str_list, "pyext": _str_list, "cxx-flags": _str_list}
     values = reader.read(spec, required=() if general.edition >= 6 else ("src",))
-    return OtherFramework(name, values.get("src", ()), values.get("include", ()))
+    pyext = tuple(dict.fromkeys(("py",) + values.get("pyext", ())))
+    return OtherFramework(name, values.get("src", ()), values.get("include", ()), values.get("cxx_flags", ()), pyext)
 
 
 _CPP_UNIT_KEYS: dict[str, Callable[[Any], Any]] = {

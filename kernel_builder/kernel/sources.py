@@ -99,7 +99,8 @@ def input_files(manifest: Manifest) -> list[Path]:
         raise ManifestError(f"{SIDECAR}: a link to {_target(sidecar)}, outside the kernel repo {root}; copy the file into the repo")
     if sidecar.is_file():
         files.add(sidecar)
-    sections = ([("torch", manifest.torch)] if manifest.torch is not None else []) + [
+    framework = manifest.torch if manifest.torch is not None else manifest.other
+    sections = ([(manifest.framework, framework)] if framework is not None else []) + [
         (f"kernel.{unit.name}", unit) for unit in manifest.units
     ]
     for section, table in sections:

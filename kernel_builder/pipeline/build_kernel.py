@@ -57,8 +57,15 @@ def build_kernel(
     options = options or BuildOptions()
     # MAX_JOBS and NVCC_THREADS, read from the environment, fail here as a bad flag would.
     compile_parallelism(jobs=options.max_jobs, nvcc_threads=options.nvcc_threads)
+    manifest = load_manifest(kernel_dir)
+    if manifest.framework == "tvm-ffi":  # no torch, no runner: a pipeline of its own
+        from kernel_builder.pipeline.build_tvm_ffi import build_tvm_ffi
+
+        out = Path(options.out) if options.out else manifest.root / "build"
+        with build_lock(manifest, out, on_wait):
+            return manifest, build_tvm_ffi(manifest, options, on_wait)
     runner = get_runner(options.runner)
-    request = run_request(load_manifest(kernel_dir), options, chooser or options.env_chooser(say), on_wait, ops_id)
+    request = run_request(manifest, options, chooser or options.env_chooser(say), on_wait, ops_id)
     # A missing tool, or a scheduler that does not answer, fails here (asked once: it is a request).
     found_cache = runner.compiler_cache(request)
     if found_cache and found_cache.dist_problem:

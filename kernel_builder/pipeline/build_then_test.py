@@ -44,7 +44,9 @@ def build_for_tests(
     machine's backend in the kernel are checked first, each failing in one line.
     `cuda_arch` and `ops_id` make a development build (kernel_builder.pipeline.plan.plan_build)."""
     require(kernel_dir)
-    matrix = None if variant else machine_selection(load_manifest(kernel_dir))
+    manifest = load_manifest(kernel_dir)
+    manifest.require_buildable()  # [tvm-ffi]: `kbuild build` only, not yet this loop
+    matrix = None if variant else machine_selection(manifest)
     options = BuildOptions(variants=(variant,) if variant else (), matrix=matrix, out=out, cuda_arch=cuda_arch)
     return build_kernel(kernel_dir, options, on_wait=on_wait, progress=progress, ops_id=ops_id)
 

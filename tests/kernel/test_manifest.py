@@ -290,17 +290,29 @@ def test_missing_python_package(tmp_path):
         load_manifest(make_repo(tmp_path / "k", FULL, files))
 
 
-def test_tvm_ffi_parses_and_build_refuses_it_in_one_line(tmp_path):
-    """[tvm-ffi] is accepted as kernels accepts it (its package under tvm-ffi-ext/); building it
-    is not kbuild's yet: `kbuild build` says so in one line, before anything compiles."""
+def test_tvm_ffi_parses_and_the_torch_pipeline_refuses_it_in_one_line(tmp_path):
+    """[tvm-ffi] is accepted as kernels accepts it (its package under tvm-ffi-ext/); `kbuild build`
+    builds it (tests/pipeline/test_tvm_ffi.py), while `kbuild plan`, a torch pipeline's, says in one
+    line that it does not apply, before anything compiles."""
     toml = ('[general]\nname = "relu-tvm"\nversion = 1\nedition = 5\nlicense = "MIT"\nbackends = ["cpu"]\n\n'
-            '[tvm-ffi]\nsrc = ["tvm-ffi-ext/binding.cpp"]\n\n'
+            '[tvm-ffi]\nsrc = ["tvm-ffi-ext/binding.cpp"]\ncxx-flags = ["-DX"]\n\n'
             '[kernel.relu_cpu]\nbackend = "cpu"\ndepends = []\nsrc = ["cpu/k.cpp"]\n')
     repo = make_repo(tmp_path / "relu-tvm", toml, ["tvm-ffi-ext/binding.cpp", "tvm-ffi-ext/relu_tvm/__init__.py", "cpu/k.cpp"])
-    assert load_manifest(repo).framework == "tvm-ffi"
+    manifest = load_manifest(repo)
+    assert manifest.framework == "tvm-ffi" and manifest.other.cxx_flags == ("-DX",)
+    assert manifest.package_dir == repo / "tvm-ffi-ext" / "relu_tvm"
+    result = kbuild_in_process("plan", str(repo))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "[tvm-ffi]: only `kbuild build` builds this framework" in lines[0]
+
+
+def test_mlx_noarch_build_is_refused_in_one_line(tmp_path):
+    """[mlx-noarch] (metal only, edition 6) parses as kernels parses it; kbuild builds none yet."""
+    toml = '[general]\nname = "mlx-relu"\nversion = 1\nedition = 6\nlicense = "MIT"\nbackends = ["metal"]\n\n[mlx-noarch]\n'
+    repo = make_repo(tmp_path / "mlx-relu", toml, [])
     result = kbuild_in_process("build", str(repo))
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 2 and len(lines) == 1 and "[tvm-ffi]: kbuild reads this framework but does not build it" in lines[0]
+    assert result.returncode == 2 and len(lines) == 1 and "[mlx-noarch]: kbuild reads this framework but does not build it" in lines[0]
 
 
 @pytest.mark.parametrize("kebab", ["cuda-capabilities", "rocm-archs"])
