@@ -15,7 +15,7 @@ docker_app = new_app("Build images for `kbuild build --runner docker`: one per b
 def default_selector() -> str:
     """What build-images builds without a selector: this machine's platform only (others
     would need emulation); 'all' asks for every Linux platform of the matrix."""
-    from kernel_builder.compile.backends.common import host_platform
+    from kernel_builder.runtime.system import host_platform
 
     return f"os=linux arch={host_platform()[0]}"
 
