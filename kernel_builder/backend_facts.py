@@ -66,16 +66,16 @@ class BackendFacts:
 ALL = (
     BackendFacts("cpu", "CPU", test_device="cpu", template_folder="cpu"),
     BackendFacts(
-        "cuda", "CUDA", compute_prefix="cu", tag_digits=r"\d{2,3}", example_version="12.8", minor_compatible=True, torch_attribute="cuda",
-        toolkit_build_arg="CUDA_VERSION", noarch_arch_key="cuda_capabilities", general_table=True,
+        "cuda", "CUDA", compute_prefix="cu", tag_digits=r"\d{2,3}", example_version="12.8", minor_compatible=True,
+        torch_attribute="cuda", toolkit_build_arg="CUDA_VERSION", noarch_arch_key="cuda_capabilities", general_table=True,
         python_depends=frozenset({"nvidia-cutlass-dsl"}), test_device="cuda", template_folder="cuda",
     ),
     # Metal kernels are built with `-std=metal4.0`, which needs macOS 26 (as in `kernels` 0.19.1).
     BackendFacts("metal", "Metal", min_macos=(26, 0), test_device="mps", template_folder="metal"),
     BackendFacts(
         # ROCm 7.14's tag is rocm714, not 71.4. torch.version.hip is set in a ROCm torch.
-        "rocm", "ROCm", compute_prefix="rocm", tag_digits=r"\d{2,3}", example_version="7.1", odd_tags=(("714", (7, 14)),),
-        minor_compatible=True, torch_attribute="hip", toolkit_build_arg="ROCM_VERSION", x86_only_images=True,
+        "rocm", "ROCm", compute_prefix="rocm", tag_digits=r"\d{2,3}", example_version="7.1",
+        odd_tags=(("714", (7, 14)),), minor_compatible=True, torch_attribute="hip", toolkit_build_arg="ROCM_VERSION", x86_only_images=True,
         noarch_arch_key="rocm_archs", test_device="cuda", template_folder="cuda",  # hipcc compiles the .cu example
     ),
     BackendFacts(
@@ -99,11 +99,6 @@ VERSIONED = tuple(f.name for f in ALL if f.versioned)  # backends whose variants
 FALLBACK = "cpu"
 # Words that name a compiled backend's hardware: its name and its torch device.
 DEVICE_WORDS = tuple(sorted({w for f in ALL if f.compiled and f.name != FALLBACK for w in (f.name, f.test_device)}))
-
-
-def facts(name: str) -> BackendFacts | None:
-    """The record of backend `name`, None for a name that is no backend."""
-    return FACTS.get(name)
 
 
 def label(name: str, version: tuple[int, int] | None = None) -> str:

@@ -2,7 +2,8 @@
 the interpreter's Python version and whether it is free-threaded.
 
 Detection mirrors the `kernels` runtime (0.19.1): the backend is what torch was built for
-(`torch.version.cuda`, `torch.version.rocm` or `.hip`, MPS, `torch.version.xpu`), else CPU.
+(`torch.version.cuda`, `torch.version.rocm` or `.hip`, MPS, `torch.version.xpu`), else CPU,
+as `backend_facts.torch_backend` reads it.
 torch is imported only when `detect_system()` is called, never at module import.
 """
 
