@@ -27,12 +27,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from importlib import resources
 
+# BACKENDS and NOARCH_BACKENDS are read from here by many stages; backend_facts defines them.
+from kernel_builder.backend_facts import BACKENDS, FACTS, NOARCH_BACKENDS, parse_compute, parse_new_compute  # noqa: F401
 from kernel_builder.errors import VariantError
-
-BACKENDS = ("cpu", "cuda", "metal", "rocm", "xpu")
-# Backends with noarch variants only (`torch-tpu`, ...): their kernels are Python (kernels#714 TPU,
-# NKI on Neuron, CANN); kernel-builder compiles nothing for them.
-NOARCH_BACKENDS = ("cann", "neuron", "tpu")
 
 # Legacy names have no Python tag; the runtime reads them as this Python version and abi3.
 LEGACY_PYTHON = (3, 9)
@@ -61,9 +58,6 @@ class Style(str, Enum):
             return cls(text)
         except ValueError:
             raise VariantError(f"{option} must be 'legacy' or 'new', got {text!r}") from None
-
-
-_COMPUTE_PREFIX = {"cuda": "cu", "rocm": "rocm", "xpu": "xpu"}
 
 
 @dataclass(frozen=True, order=True)
@@ -101,11 +95,10 @@ class Variant:
     def compute(self) -> str:
         """The legacy compute tag, also the key of build environments: `cpu`, `metal`,
         `cu130`, `rocm71`, `xpu20260`."""
-        if self.backend in ("cpu", "metal") or self.kind is Kind.NOARCH:
+        if self.kind is Kind.NOARCH or not FACTS[self.backend].versioned:
             return self.backend
         assert self.backend_version is not None, self
-        major, minor = self.backend_version
-        return f"{_COMPUTE_PREFIX[self.backend]}{major}{minor}"
+        return FACTS[self.backend].compute(self.backend_version)
 
     @property
     def name(self) -> str:
@@ -202,33 +195,6 @@ def _pair(version: tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}"
 
 
-def _parse_compute(tag: str) -> tuple[str, tuple[int, int] | None] | None:
-    """A legacy compute tag: `cpu`, `metal`, `cu130` (major = all but the last digit),
-    `rocm71` (likewise, but `rocm714` is ROCm 7.14), `xpu20260` (year and one digit)."""
-    m = _COMPUTE_RE.match(tag)
-    if not m:
-        return None
-    cpu, metal, cu, rocm, xpu = m.groups()
-    if cpu:
-        return "cpu", None
-    if metal:
-        return "metal", None
-    if cu:
-        return "cuda", (int(cu[:-1]), int(cu[-1]))
-    if rocm:
-        return "rocm", (7, 14) if rocm == "714" else (int(rocm[:-1]), int(rocm[-1]))
-    return "xpu", (int(xpu[:4]), int(xpu[4:]))
-
-
-def _parse_new_compute(tag: str) -> tuple[str, tuple[int, int] | None] | None:
-    """A new-style backend: `cpu`, `metal`, `cuda-13.0`, `rocm-7.2`, `xpu-2026.1`."""
-    if tag in ("cpu", "metal"):
-        return tag, None
-    m = re.fullmatch(r"(cuda|rocm|xpu)-(\d+)\.(\d+)", tag)
-    return (m.group(1), (int(m.group(2)), int(m.group(3)))) if m else None
-
-
-_COMPUTE_RE = re.compile(r"^(?:(cpu)|(metal)|cu(\d{2,3})|rocm(\d{2,3})|xpu(\d{5}))$")
 _SYSTEM = r"(?P<arch>[a-z0-9_]+)-(?P<os>[a-z]+)"
 _CXX = r"(?:-(?P<abi>cxx11|cxx98))?"
 _LEGACY_ARCH_RE = re.compile(rf"^torch(?P<major>\d)(?P<minor>\d+){_CXX}-(?P<compute>[a-z0-9]+)-{_SYSTEM}$")
@@ -254,7 +220,7 @@ def _parse(name: str) -> Variant | None:
         m = pattern.match(name)
         if m is None:
             continue
-        parsed = (_parse_compute if style is Style.LEGACY else _parse_new_compute)(m["compute"])
+        parsed = (parse_compute if style is Style.LEGACY else parse_new_compute)(m["compute"])
         if parsed is None:
             return None
         backend, backend_version = parsed

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from kernel_builder.backend_facts import DEVICE_WORDS as BACKEND_DEVICE_WORDS
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.environments.import_names import installed_modules, provider
@@ -36,7 +37,10 @@ from kernel_builder.runtime.zip_package import ZIP, archive_path, layout_of
 # (runtime_python installs only what the base lacks, by name), else the version kbuild's test extra pins.
 KERNELS_PIN = "kernels==0.19.1"
 # A skip reason naming one of these means the test needs hardware this machine lacks.
-DEVICE_WORDS = re.compile(r"\b(cuda|gpus?|device|rocm|hip|xpu|mps|metal|npu|triton)\b", re.IGNORECASE)
+# (the backends' own names and torch devices, from backend_facts, and these general words).
+DEVICE_WORDS = re.compile(
+    r"\b(" + "|".join((*BACKEND_DEVICE_WORDS, r"gpus?", "device", "hip", "npu", "triton")) + r")\b", re.IGNORECASE
+)
 # A failure with one of these messages is a test that hard-codes a device this machine lacks
 # (torch's and triton's own errors), not a fault of the kernel: counted apart as needs_device.
 NO_DEVICE_ERRORS = re.compile(

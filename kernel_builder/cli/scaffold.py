@@ -7,12 +7,13 @@ from typing import Optional
 
 import typer
 
+from kernel_builder.backend_facts import BACKENDS
 from kernel_builder.cli.output import console as _console
 
 
 def init(
     name: str = typer.Argument(..., help="Kernel name, kebab-case (e.g. my-kernel); also the folder created."),
-    backends: str = typer.Option("cpu", "--backends", "-b", help="Comma-separated: cpu,cuda,metal,rocm,xpu."),
+    backends: str = typer.Option("cpu", "--backends", "-b", help=f"Comma-separated: {','.join(BACKENDS)}."),
     no_git: bool = typer.Option(False, "--no-git", help="Do not make the folder a git repository with a first commit."),
 ) -> None:
     """Scaffold a kernel repo with a working example op, tests and CI-ready layout, as a git repo."""

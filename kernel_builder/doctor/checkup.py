@@ -26,8 +26,8 @@ from pathlib import Path
 
 from kernel_builder.compile.backends import backend_names, get_backend, tool_version
 from kernel_builder.compile.backends.base import dotted, short_version
-from kernel_builder.compile.backends.common import host_platform
 from kernel_builder.doctor.output_cache import OutputCacheFinding, output_cache_finding
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import human_size
 from kernel_builder.variants import default_matrix

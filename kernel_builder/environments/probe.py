@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kernel_builder.backend_facts import ALL as ALL_FACTS, FALLBACK
 from kernel_builder.paths import cache_dir, short_key
 from kernel_builder.errors import EnvironmentProbeError
 from kernel_builder.variants import parse_version
@@ -97,14 +98,9 @@ class BuildEnv:
 
     @property
     def compute(self) -> str:
-        """The accelerator this torch was built for: cpu, cuda, rocm or xpu."""
-        if self.cuda:
-            return "cuda"
-        if self.hip:
-            return "rocm"
-        if self.xpu:
-            return "xpu"
-        return "cpu"
+        """The accelerator this torch was built for: cpu, cuda, rocm or xpu (the fields are
+        the `torch.version` attributes the backends' records name)."""
+        return next((f.name for f in ALL_FACTS if f.torch_attribute and getattr(self, f.torch_attribute)), FALLBACK)
 
     def describe(self) -> str:
         return f"torch {self.torch_version} in {self.python}"

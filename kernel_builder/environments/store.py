@@ -36,7 +36,8 @@ from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError,
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.redaction import mask_credentials
 from kernel_builder.settings import read_environment
-from kernel_builder.variants import Variant, _parse_compute, parse_version, try_parse, xpu_version
+from kernel_builder.backend_facts import ALL as ALL_FACTS, FALLBACK, label, parse_compute, version_pair
+from kernel_builder.variants import Variant, try_parse, xpu_version
 
 MARKER = "kbuild-env.json"
 PROBE_FILE = "kbuild-probe.json"  # what the environment's torch is (environments.probe)
@@ -44,30 +45,24 @@ _LAST_USED = ".kbuild-last-used"  # its mtime is the last time kbuild handed the
 _KEY_RE = re.compile(r"^torch(\d)(\d+)-([a-z0-9]+)$")
 # Variants of these computes compile against any torch flavour of the right version
 # (a CPU extension builds fine against a CUDA torch; macOS has one flavour only).
-_ANY_FLAVOUR = ("cpu", "metal")
-_BACKEND_NAMES = {"cpu": "CPU", "metal": "Metal", "cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU"}
+_ANY_FLAVOUR = tuple(f.name for f in ALL_FACTS if f.compiled and not f.versioned)
 
 
 def compute_tag(env: BuildEnv) -> str:
     """The variant compute tag of an environment's torch: cpu, cu130, rocm71, xpu20261."""
-    if env.cuda:
-        return "cu%d%d" % parse_version(env.cuda)
-    if env.hip:
-        return "rocm%d%d" % parse_version(env.hip)  # "7.1.25424-..." -> rocm71
-    if env.xpu:
-        version = xpu_version(env.xpu)
-        return "xpu%d%d" % version if version else "xpu"
-    return "cpu"
+    for record in ALL_FACTS:
+        text = getattr(env, record.torch_attribute) if record.torch_attribute else None
+        if text:
+            # "13.0"; ROCm's "7.1.25424-..." -> rocm71; XPU's "20250101" (YYYYMMPP) -> xpu20251
+            version = version_pair(text) or xpu_version(text)
+            return record.compute(version)
+    return FALLBACK
 
 
 def describe_compute(compute: str) -> str:
     """cu130 -> 'CUDA 13.0', cpu -> 'CPU'."""
-    parsed = _parse_compute(compute)
-    if parsed is None:
-        return compute
-    backend, version = parsed
-    name = _BACKEND_NAMES[backend]
-    return name if version is None else f"{name} {version[0]}.{version[1]}"
+    parsed = parse_compute(compute)
+    return compute if parsed is None else label(*parsed)
 
 
 @dataclass(frozen=True)
@@ -78,7 +73,7 @@ class EnvSpec:
     compute: str
 
     def __post_init__(self) -> None:
-        if _parse_compute(self.compute) is None:
+        if parse_compute(self.compute) is None:
             raise VariantError(f"'{self.compute}' is not a compute tag; expected e.g. cpu, cu130, rocm71 or xpu20260")
 
     @property
@@ -96,7 +91,7 @@ class EnvSpec:
     def from_key(cls, key: str) -> "EnvSpec | None":
         """torch214-cu130 -> EnvSpec((2, 14), 'cu130'); None for anything else."""
         m = _KEY_RE.match(key)
-        if not m or _parse_compute(m.group(3)) is None:
+        if not m or parse_compute(m.group(3)) is None:
             return None
         return cls((int(m.group(1)), int(m.group(2))), m.group(3))
 
@@ -149,7 +144,7 @@ def pip_request(spec: EnvSpec, index: str | None = None) -> tuple[str, str | Non
         return requirement, index
     if pypi_flavour(spec.torch) == spec.compute:
         return requirement, None
-    backend, (major, minor) = _parse_compute(spec.compute)  # type: ignore[misc]
+    backend, (major, minor) = parse_compute(spec.compute)  # type: ignore[misc]
     return requirement, _index_table()[backend].format(compute=spec.compute, major=major, minor=minor)
 
 

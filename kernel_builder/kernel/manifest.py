@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kernel_builder.backend_facts import ALL as ALL_FACTS, FACTS
 from kernel_builder.errors import ManifestError
 from kernel_builder.kernel.toml_file import load_toml
-from kernel_builder.variants import BACKENDS, NOARCH_BACKENDS, parse_version
+from kernel_builder.variants import BACKENDS, NOARCH_BACKENDS, Kind, Variant, parse_version
 
 EDITION = 5  # the schema of a file without `edition` (kernels calls it "legacy v4"), as edition 5 lays it out
 EDITIONS = (5, 6)
@@ -48,13 +49,14 @@ CAPABILITY = re.compile(r"^\d+\.\d+[a-z]?(\+PTX)?$")
 ROCM_ARCH = re.compile(r"^gfx[0-9a-f]+([:][a-z+-]+)*$")
 VERSION = re.compile(r"^\d+\.\d+$")  # kernels' Version<2>: exactly major.minor
 
-# The Python dependencies the kernels runtime knows how to satisfy (its python_depends.json).
+# The Python dependencies the kernels runtime knows how to satisfy (its python_depends.json):
+# these for every backend, a backend's own from its record in backend_facts.
 PYTHON_DEPENDS = {
     None: {"einops", "helion", "tvm-ffi"},
-    "cuda": {"nvidia-cutlass-dsl"},
-    "neuron": {"nki"},
-    "xpu": {"onednn"},
+    **{f.name: set(f.python_depends) for f in ALL_FACTS if f.python_depends},
 }
+# The backends with a [general.<backend>] table.
+GENERAL_TABLES = tuple(f.name for f in ALL_FACTS if f.general_table)
 
 
 @dataclass(frozen=True)
@@ -115,17 +117,18 @@ class General:
     def python_name(self) -> str:
         return self.name.replace("-", "_")
 
-    def _backend_table(self, backend: str) -> CudaGeneral | BackendGeneral | None:
-        return getattr(self, backend, None) if backend in ("cuda", "xpu", "neuron", "tpu") else None
+    def backend_table(self, backend: str) -> CudaGeneral | BackendGeneral | None:
+        """`[general.<backend>]`, None where the file has none."""
+        return getattr(self, backend, None) if backend in GENERAL_TABLES else None
 
     def all_python_depends(self, backend: str) -> tuple[str, ...]:
         """`python-depends` of [general] and of [general.<backend>]."""
-        table = self._backend_table(backend)
+        table = self.backend_table(backend)
         return self.python_depends + (table.python_depends if table else ())
 
     def all_kernel_depends(self, backend: str) -> tuple[KernelDependency, ...]:
         """`kernel-depends` of [general] and of [general.<backend>], as kernels' Build.all_kernel_depends."""
-        table = self._backend_table(backend)
+        table = self.backend_table(backend)
         return self.kernel_depends + (table.kernel_depends if table else ())
 
 
@@ -157,7 +160,8 @@ class TorchNoarch:
     rocm_archs: tuple[str, ...] | None = None
 
     def archs_for(self, backend: str) -> tuple[str, ...] | None:
-        return {"cuda": self.cuda_capabilities, "rocm": self.rocm_archs}.get(backend)
+        key = FACTS[backend].noarch_arch_key if backend in FACTS else None
+        return getattr(self, key) if key else None
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,67 @@ class Manifest:
             raise ManifestError(
                 f"{display_path(self.path)}: [{self.other.name}]: {what}; kernel-builder (huggingface/kernels) builds it"
             )
+
+    # -- what the kernel admits ---------------------------------------------------------
+    def admits(self, variant: Variant) -> str | None:
+        """Why this kernel rules `variant` out whatever the machine ([general] backends, its
+        framework, `[torch] stable-abi`), or None. Its torch and toolkit bounds are asked apart
+        (`torch_reason`, `toolkit_reason`): they also judge the environments a build uses."""
+        if variant.backend not in self.general.backends:
+            return f"kernel '{self.name}' does not list backend '{variant.backend}' in [general] backends"
+        if (variant.kind is Kind.NOARCH) != (self.noarch is not None):
+            if self.noarch is not None:
+                return "[torch-noarch] kernels build torch-<backend> variants"
+            return "[torch] kernels build per-torch variants"
+        return self._stable_abi_reason(variant)
+
+    def _stable_abi_reason(self, variant: Variant) -> str | None:
+        """Why `[torch] stable-abi` rules out this kind of variant for its backend, or None."""
+        if self.torch is None or variant.kind is Kind.NOARCH:
+            return None
+        abi = self.stable_abi(variant.backend)
+        if abi is None:
+            if variant.kind is Kind.STABLE_ABI:
+                return f"[torch] stable-abi does not name {variant.backend}, so it builds one variant per torch release"
+            return None
+        tag = f"torch-stable-abi{abi[0]}{abi[1]}"
+        if variant.kind is not Kind.STABLE_ABI or variant.torch != abi:
+            return f"[torch] stable-abi builds {variant.backend} once, as {tag}-{variant.compute}-{variant.platform}"
+        return None
+
+    def stable_abi(self, backend: str) -> tuple[int, int] | None:
+        """The stable ABI version `[torch] stable-abi` names for this backend, or None."""
+        abi = self.torch.stable_abi_for(backend) if self.torch else None
+        return parse_version(abi) if abi else None
+
+    def admits_torch(self, torch: tuple[int, int] | None) -> bool:
+        """Whether `[torch] minver/maxver` admit this torch version."""
+        return self.torch_reason(torch) is None
+
+    def torch_reason(self, torch: tuple[int, int] | None) -> str | None:
+        """Why `[torch] minver/maxver` excludes this torch version, or None."""
+        bounds = self.torch
+        if bounds is None or torch is None:
+            return None
+        text = f"{torch[0]}.{torch[1]}"
+        if bounds.minver and torch < parse_version(bounds.minver):
+            return f"[torch] minver {bounds.minver} excludes torch {text}"
+        if bounds.maxver and torch > parse_version(bounds.maxver):
+            return f"[torch] maxver {bounds.maxver} excludes torch {text}"
+        return None
+
+    def toolkit_reason(self, backend: str, version: tuple[int, int] | None) -> str | None:
+        """Why `[general.<backend>] minver/maxver` excludes this toolkit version, or None."""
+        bounds = self.general.backend_table(backend)
+        minver, maxver = getattr(bounds, "minver", None), getattr(bounds, "maxver", None)
+        if version is None or not (minver or maxver):
+            return None
+        text = FACTS[backend].label(version) if backend in FACTS else f"{backend} {version[0]}.{version[1]}"
+        if minver and version < parse_version(minver):
+            return f"[general.{backend}] minver {minver} excludes {text}"
+        if maxver and version > parse_version(maxver):
+            return f"[general.{backend}] maxver {maxver} excludes {text}"
+        return None
 
     def units_for(self, backend: str) -> tuple[KernelUnit, ...]:
         """The units a build for `backend` compiles; a unit of a backend missing from

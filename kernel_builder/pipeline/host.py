@@ -4,48 +4,21 @@ environment for it exist here (or can be created), and if not, why not in one ph
 from __future__ import annotations
 
 from kernel_builder.compile.backends import Unavailable, get_backend
-from kernel_builder.compile.backends.common import host_platform, stable_abi, torch_admits
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.kernel.manifest import Manifest
-from kernel_builder.variants import Kind, Variant, parse_version
+from kernel_builder.runtime.system import host_platform
+from kernel_builder.variants import Kind, Variant
 
 
 def torch_bounds_reason(manifest: Manifest | None, torch: tuple[int, int] | None) -> str | None:
-    """Why `[torch] minver/maxver` excludes this torch version, or None."""
-    if torch_admits(manifest, torch):
-        return None
-    bounds = manifest.torch
-    text = f"{torch[0]}.{torch[1]}"
-    if bounds.minver and torch < parse_version(bounds.minver):
-        return f"[torch] minver {bounds.minver} excludes torch {text}"
-    return f"[torch] maxver {bounds.maxver} excludes torch {text}"
-
-
-def _stable_abi_reason(manifest: Manifest, variant: Variant) -> str | None:
-    """Why `[torch] stable-abi` rules out this kind of variant for its backend, or None."""
-    if manifest.torch is None or variant.kind is Kind.NOARCH:
-        return None
-    abi = stable_abi(manifest, variant.backend)
-    if abi is None:
-        if variant.kind is Kind.STABLE_ABI:
-            return f"[torch] stable-abi does not name {variant.backend}, so it builds one variant per torch release"
-        return None
-    tag = f"torch-stable-abi{abi[0]}{abi[1]}"
-    if variant.kind is not Kind.STABLE_ABI or variant.torch != abi:
-        return f"[torch] stable-abi builds {variant.backend} once, as {tag}-{variant.compute}-{variant.platform}"
-    return None
+    """Why `[torch] minver/maxver` excludes this torch version, or None (no manifest: nothing)."""
+    return manifest.torch_reason(torch) if manifest else None
 
 
 def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) -> str | None:
     """None if this machine builds `variant` (of `manifest`, if given), else the reason."""
     if manifest is not None:
-        if variant.backend not in manifest.general.backends:
-            return f"kernel '{manifest.name}' does not list backend '{variant.backend}' in [general] backends"
-        if (variant.kind is Kind.NOARCH) != (manifest.noarch is not None):
-            if manifest.noarch is not None:
-                return "[torch-noarch] kernels build torch-<backend> variants"
-            return "[torch] kernels build per-torch variants"
-        reason = _stable_abi_reason(manifest, variant)
+        reason = manifest.admits(variant)
         if reason:
             return reason
     here = "-".join(host_platform())
@@ -80,10 +53,7 @@ def judge(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) -> d
 
 
 def describe_environment(variant: Variant, chooser: EnvChooser) -> str:
-    """Where `variant` builds: its environment, and for CUDA which nvcc."""
+    """Where `variant` builds: its environment, and which toolkit where that can differ (CUDA's nvcc)."""
     environment = chooser.describe_for(variant)
-    if variant.backend == "cuda" and variant.backend_version is not None:
-        from kernel_builder.compile.backends.cuda import describe_toolkit
-
-        environment += f"; {describe_toolkit(variant.backend_version)}"
-    return environment
+    note = get_backend(variant.backend).toolkit_note(variant) if variant.kind is not Kind.NOARCH else None
+    return f"{environment}; {note}" if note else environment

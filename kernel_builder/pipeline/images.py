@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.pipeline.selection import select, select_from_matrix

@@ -31,8 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from kernel_builder.compile.backends.common import torch_admits
-from kernel_builder.compile.backends.cuda import cuda_bounds_reason
+from kernel_builder.backend_facts import ALL as ALL_FACTS, VERSIONED
 from kernel_builder.errors import VariantError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.variants import (
@@ -47,12 +46,13 @@ from kernel_builder.variants import (
     stable_abi_variant,
 )
 
-VERSION_KEYS = {"torch": "2.13", "cuda": "12.8", "rocm": "7.1", "xpu": "2026.0"}  # key -> example
+# key -> example: torch's version and each versioned backend's toolkit version.
+VERSION_KEYS = {"torch": "2.13", **{f.name: f.example_version for f in ALL_FACTS if f.versioned}}
 CHOICE_KEYS = ("backend", "arch", "os", "abi")
 ABI_KINDS = {"stable": Kind.STABLE_ABI, "exact": Kind.ARCH, "noarch": Kind.NOARCH}
 ABI_NAMES = {kind: name for name, kind in ABI_KINDS.items()}
 KEYS_HELP = (
-    "keys are torch, cuda, rocm, xpu (versions, with = == != >= <= > <) "
+    f"keys are {', '.join(VERSION_KEYS)} (versions, with = == != >= <= > <) "
     "and backend, arch, os, abi (= or != with a comma list)"
 )
 
@@ -110,20 +110,21 @@ def admitted(manifest: Manifest, matrix: Matrix | None = None) -> Admitted:
     """The default matrix restricted to what `manifest` admits (see the module docstring)."""
     manifest.require_buildable()
     matrix = matrix or default_matrix()
-    releases = tuple(sorted({v.torch for v in matrix.variants if torch_admits(manifest, v.torch)}))
+    releases = tuple(sorted({v.torch for v in matrix.variants if manifest.admits_torch(v.torch)}))
     backends = manifest.general.backends
     if manifest.noarch is not None:
         return Admitted(tuple(noarch_variant(b) for b in backends), releases)
     steps = [_keeping(f"[general] backends ({', '.join(backends)})", lambda v: v.backend in backends)]
     torch = manifest.torch
     if torch.minver or torch.maxver:
-        steps.append(_keeping(_bounds_label("torch", torch), lambda v: torch_admits(manifest, v.torch)))
-    cuda = manifest.general.cuda
-    if cuda and (cuda.minver or cuda.maxver):
-        steps.append(_keeping(
-            _bounds_label("general.cuda", cuda),
-            lambda v: v.backend != "cuda" or cuda_bounds_reason(manifest, v.backend_version) is None,
-        ))
+        steps.append(_keeping(_bounds_label("torch", torch), lambda v: manifest.admits_torch(v.torch)))
+    for backend in VERSIONED:
+        bounds = manifest.general.backend_table(backend)
+        if getattr(bounds, "minver", None) or getattr(bounds, "maxver", None):
+            steps.append(_keeping(
+                _bounds_label(f"general.{backend}", bounds),
+                lambda v, backend=backend: v.backend != backend or manifest.toolkit_reason(backend, v.backend_version) is None,
+            ))
     if torch.stable_abi:
         abi = ", ".join(f"{backend} = {version}" for backend, version in torch.stable_abi.items())
         steps.append(Step(f"[torch] stable-abi ({abi})", lambda variants: _collapse_stable_abi(torch, variants)))

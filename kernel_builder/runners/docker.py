@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import kernel_builder
-from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.compile.parallelism import Parallelism
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import first_line

@@ -44,7 +44,9 @@ from pathlib import Path
 
 import tomllib
 
-from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.backend_facts import ALL as ALL_FACTS, FACTS, FALLBACK
+from kernel_builder.compile.backends import get_backend
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.environments.store import EnvSpec, pip_request
 from kernel_builder.errors import KbuildError
 from kernel_builder.paths import CHECKOUT_DIR, docker_dir
@@ -54,14 +56,13 @@ from kernel_builder.settings import read_environment
 from kernel_builder.variants import Kind, Matrix, Variant, default_matrix
 
 
-FAMILIES = ("cpu", "cuda", "rocm", "xpu")
+# One image family (docker/Dockerfile.<family>) per backend a Linux container builds: the
+# fallback's, and each one whose toolkit version is a build argument.
+FAMILIES = tuple(sorted(f.name for f in ALL_FACTS if f.name == FALLBACK or f.toolkit_build_arg))
 # What the Dockerfiles install where; the runner's command and environment rely on it.
 VENV = "/opt/kbuild/venv"
 HOME = "/opt/kbuild/home"
 _PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
-_TOOLKIT_ARG = {"cuda": "CUDA_VERSION", "rocm": "ROCM_VERSION", "xpu": "ONEAPI_VERSION"}
-# AMD and Intel publish their toolkits' Enterprise Linux packages for x86_64 only.
-_X86_ONLY = ("rocm", "xpu")
 # The BuildKit secret holding the torch index URL (the Dockerfiles read /run/secrets/<id>).
 TORCH_INDEX_SECRET = "torch-index-url"
 
@@ -90,9 +91,8 @@ class ImageSpec:
 
     def describe(self) -> str:
         """'CUDA 13.0, torch 2.14.*, linux/amd64'."""
-        toolkit = self.build_args.get(_TOOLKIT_ARG.get(self.family, ""), "")
-        name = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm", "xpu": "XPU"}[self.family]
-        return f"{name}{' ' + toolkit if toolkit else ''}, torch {self.build_args['TORCH_VERSION']}, {self.platform}"
+        toolkit = self.build_args.get(FACTS[self.family].toolkit_build_arg or "", "")
+        return f"{FACTS[self.family].display}{' ' + toolkit if toolkit else ''}, torch {self.build_args['TORCH_VERSION']}, {self.platform}"
 
     def to_json(self) -> dict:
         return {
@@ -132,12 +132,13 @@ def image_for(
     base_image = chosen_base_image(base_image)
     if variant.kind is Kind.NOARCH:
         arch = host_platform()[0]
-        torch = _newest_torch(matrix, lambda v: v.backend == "cpu" and v.arch == arch and v.os == "linux")
+        torch = _newest_torch(matrix, lambda v: v.backend == FALLBACK and v.arch == arch and v.os == "linux")
         if torch is None:
             raise KbuildError(f"{variant.name}: the default matrix has no CPU variant for {arch}-linux to build it in")
-        return _image("cpu", torch, None, arch, base_image, torch_index)
-    if variant.os != "linux" or variant.backend == "metal":
-        needs = "macOS and Xcode" if variant.backend == "metal" else "macOS"
+        return _image(FALLBACK, torch, None, arch, base_image, torch_index)
+    record = FACTS.get(variant.backend)
+    if variant.os != "linux" or (record is not None and record.min_macos):
+        needs = "macOS and Xcode" if record is not None and record.min_macos else "macOS"
         raise KbuildError(
             f"{variant.name}: no build image: it needs {needs}, which no Linux container has; "
             "build it on a Mac with --runner local"
@@ -146,13 +147,11 @@ def image_for(
         raise KbuildError(f"{variant.name}: no build image for {variant.arch}; images exist for {', '.join(_PLATFORMS)}")
     if variant.backend not in FAMILIES:
         raise KbuildError(f"{variant.name}: no build image for backend {variant.backend}")
-    if variant.backend in _X86_ONLY and variant.arch != "x86_64":
+    if FACTS[variant.backend].x86_only_images and variant.arch != "x86_64":
         raise KbuildError(f"{variant.name}: no build image: the {variant.backend} toolkit's packages are for x86_64 only")
-    if variant.backend == "cuda":
-        from kernel_builder.environments.cuda_wheels import requirements
-
+    if variant.backend_version is not None:
         try:
-            requirements(variant.backend_version)  # the image's nvcc comes from these wheels
+            get_backend(variant.backend).toolkit_wheels(variant.backend_version)  # e.g. the image's nvcc
         except KbuildError as e:
             raise KbuildError(f"{variant.name}: no build image: {e.message}") from None
     torch = variant.torch
@@ -177,7 +176,7 @@ def _image(
     family: str, torch: tuple[int, int], toolkit: tuple[int, int] | None, arch: str, base_image: str | None,
     torch_index: str | None,
 ) -> ImageSpec:
-    compute = "cpu" if family == "cpu" else Variant(Kind.ARCH, family, torch, toolkit).compute
+    compute = FACTS[family].compute(toolkit)
     requirement, index = pip_request(EnvSpec(torch, compute), torch_index)
     args = {
         "BASE_IMAGE": base_image or default_base_image(arch),
@@ -186,17 +185,16 @@ def _image(
         "TORCH_INDEX_URL": mask_credentials(index or ""),
         "KBUILD_REQUIREMENTS": " ".join(kbuild_requirements()),
     }
-    if family != "cpu":
+    toolkit_arg = FACTS[family].toolkit_build_arg
+    if toolkit_arg:
         assert toolkit is not None
-        args[_TOOLKIT_ARG[family]] = f"{toolkit[0]}.{toolkit[1]}"
-    if family == "cuda":
-        from kernel_builder.environments.cuda_wheels import requirements as cuda_toolkit_requirements
-
-        assert toolkit is not None
-        args["TOOLKIT_REQUIREMENTS"] = " ".join(cuda_toolkit_requirements(toolkit))
+        args[toolkit_arg] = f"{toolkit[0]}.{toolkit[1]}"
+    wheels = get_backend(family).toolkit_wheels(toolkit) if toolkit else ()
+    if wheels:
+        args["TOOLKIT_REQUIREMENTS"] = " ".join(wheels)
     path = dockerfile(family)
     platform = _PLATFORMS[arch]
-    label = f"torch{torch[0]}.{torch[1]}{'' if family == 'cpu' else '-' + compute}-{arch}"
+    label = f"torch{torch[0]}.{torch[1]}{'' if family == FALLBACK else '-' + compute}-{arch}"
     tag = image_tag(family, path.read_text(), args, platform, label)
     return ImageSpec(family, path, args, platform, torch, tag, torch_index=index or "")
 

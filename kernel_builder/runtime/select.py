@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kernel_builder.runtime.system import METAL_MIN_MACOS, System
+from kernel_builder.backend_facts import FACTS, label
+from kernel_builder.runtime.system import System
 from kernel_builder.variants import PYTHON_ABIS, Kind, Variant, try_parse
 
 
@@ -53,12 +54,6 @@ def _pair(v: tuple[int, int] | None) -> str:
     return "unknown" if v is None else f"{v[0]}.{v[1]}"
 
 
-def _backend_str(backend: str, version: tuple[int, int] | None) -> str:
-    names = {"cpu": "CPU", "cuda": "CUDA", "rocm": "ROCm", "metal": "Metal", "xpu": "XPU"}
-    label = names.get(backend, backend)
-    return label if version is None else f"{label} {_pair(version)}"
-
-
 def _python_rejection(v: Variant, s: System) -> str | None:
     if v.python_abi == "abi3" and s.free_threaded:
         return "abi3 builds do not load on free-threaded Python (that needs an abi3t build)"
@@ -68,25 +63,27 @@ def _python_rejection(v: Variant, s: System) -> str | None:
 
 
 def _backend_rejection(v: Variant, s: System) -> str | None:
-    if v.backend == s.backend and v.backend in ("cuda", "rocm"):
+    record = FACTS.get(v.backend)
+    if v.backend == s.backend and record is not None and record.minor_compatible:
         # A toolkit x.z build loads on x.y for z <= y.
-        label = _backend_str(v.backend, None)
+        name = record.display
         if v.backend_version is None or s.backend_version is None:
-            return f"{label} version unknown"
+            return f"{name} version unknown"
         if v.backend_version[0] != s.backend_version[0] or v.backend_version[1] > s.backend_version[1]:
             return (
-                f"{label} {v.backend_version_str} is not compatible with {label} {_pair(s.backend_version)} here "
+                f"{name} {v.backend_version_str} is not compatible with {name} {_pair(s.backend_version)} here "
                 "(the major must match and the minor be at most the system's)"
             )
         return None
     if v.backend != s.backend or v.backend_version != s.backend_version:
         return (
-            f"built for {_backend_str(v.backend, v.backend_version)}, "
-            f"the backend here is {_backend_str(s.backend, s.backend_version)}"
+            f"built for {label(v.backend, v.backend_version)}, "
+            f"the backend here is {label(s.backend, s.backend_version)}"
         )
-    if v.backend == "metal" and (s.macos is None or s.macos < METAL_MIN_MACOS):
+    min_macos = record.min_macos if record else None
+    if min_macos and (s.macos is None or s.macos < min_macos):
         here = "this machine does not run macOS" if s.macos is None else f"this is macOS {_pair(s.macos)}"
-        return f"Metal builds need macOS {_pair(METAL_MIN_MACOS)} or later, {here}"
+        return f"{record.display} builds need macOS {_pair(min_macos)} or later, {here}"
     return None
 
 
@@ -126,7 +123,7 @@ def _acceptance(v: Variant, s: System) -> str:
         if v.backend == "universal":
             return "universal pure-Python build, loads anywhere"
         return f"pure-Python build for {v.backend}"
-    backend = _backend_str(v.backend, v.backend_version)
+    backend = label(v.backend, v.backend_version)
     if v.kind is Kind.STABLE_ABI:
         return f"stable ABI {v.torch_version} <= torch {_pair(s.torch)}, {backend} on {v.platform}, {v.python_tag}"
     return f"torch {v.torch_version}, {backend} on {v.platform}, {v.python_tag}"

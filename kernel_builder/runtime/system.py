@@ -2,7 +2,8 @@
 the interpreter's Python version and whether it is free-threaded.
 
 Detection mirrors the `kernels` runtime (0.19.1): the backend is what torch was built for
-(`torch.version.cuda`, `torch.version.rocm` or `.hip`, MPS, `torch.version.xpu`), else CPU.
+(`torch.version.cuda`, `torch.version.rocm` or `.hip`, MPS, `torch.version.xpu`), else CPU,
+as `backend_facts.torch_backend` reads it.
 torch is imported only when `detect_system()` is called, never at module import.
 """
 
@@ -14,10 +15,8 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 
+from kernel_builder.backend_facts import FACTS, FALLBACK, torch_backend, version_pair
 from kernel_builder.errors import VariantError
-
-# Metal kernels are built with `-std=metal4.0`, which needs macOS 26 (as in `kernels` 0.19.1).
-METAL_MIN_MACOS = (26, 0)
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class System:
     os: str
     torch: tuple[int, int] | None
     cxx11: bool | None
-    backend: str = "cpu"
+    backend: str = FALLBACK
     backend_version: tuple[int, int] | None = None
     macos: tuple[int, int] | None = None
     python: tuple[int, int] = field(default_factory=lambda: sys.version_info[:2])
@@ -50,10 +49,10 @@ class System:
     @property
     def compute(self) -> str:
         """The backend as a variant name spells it: cpu, metal, cu130, rocm71, xpu20260."""
-        if self.backend_version is None:
+        record = FACTS.get(self.backend)
+        if self.backend_version is None or record is None:
             return self.backend
-        prefix = {"cuda": "cu", "rocm": "rocm", "xpu": "xpu"}.get(self.backend, self.backend)
-        return f"{prefix}{self.backend_version[0]}{self.backend_version[1]}"
+        return record.compute(self.backend_version)
 
     @property
     def variant_name(self) -> str | None:
@@ -84,39 +83,18 @@ class System:
 
 # -- detection -------------------------------------------------------------------------
 def detect_arch() -> str:
-    machine = platform.machine()
-    return {"arm64": "aarch64", "AMD64": "x86_64", "amd64": "x86_64"}.get(machine, machine.lower())
+    """This machine's CPU architecture in variant spelling: x86_64, aarch64."""
+    machine = platform.machine().lower()
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
 
 
 def detect_os() -> str:
     return platform.system().lower()
 
 
-def _version_pair(text: str | None) -> tuple[int, int] | None:
-    if not text:
-        return None
-    m = re.match(r"^(\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def _torch_backend(torch) -> tuple[str, tuple[int, int] | None]:
-    """The backend torch was built for, as the `kernels` runtime decides it."""
-    cuda = getattr(torch.version, "cuda", None)
-    if cuda is not None:
-        return "cuda", _version_pair(cuda)
-    hip = getattr(torch.version, "hip", None)
-    if hip is not None:
-        # The ROCm release can differ from HIP's version; torch.version.rocm exists since 2.10.
-        rocm = getattr(torch.version, "rocm", None) or hip
-        return "rocm", _version_pair(rocm.split("-")[0])
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "metal", None
-    xpu = getattr(torch.version, "xpu", None)
-    if xpu is not None:
-        # torch.version.xpu is e.g. "20250101"; `kernels` takes year = [0:4], minor = [5:6].
-        return "xpu", (int(xpu[0:4]), int(xpu[5:6]))
-    return "cpu", None
+def host_platform() -> tuple[str, str]:
+    """(arch, os) in variant spelling: x86_64/aarch64, linux/darwin."""
+    return detect_arch(), detect_os()
 
 
 def _macos_version() -> tuple[int, int] | None:
@@ -134,7 +112,7 @@ def is_free_threaded() -> bool:
 
 def detect_system(backend: str | None = None) -> System:
     """Describe this machine. `backend` overrides the detected backend like the `kernels`
-    `backend=` argument: only "cpu" or the backend torch was built for are allowed."""
+    `backend=` argument: only the fallback (cpu) or the backend torch was built for are allowed."""
     arch, os_ = detect_arch(), detect_os()
     try:
         import torch
@@ -142,21 +120,21 @@ def detect_system(backend: str | None = None) -> System:
         torch = None
 
     if torch is None:
-        torch_version, cxx11, detected = None, None, ("cpu", None)
+        torch_version, cxx11, detected = None, None, (FALLBACK, None)
     else:
-        torch_version = _version_pair(torch.__version__)
+        torch_version = version_pair(torch.__version__)
         cxx11 = bool(torch.compiled_with_cxx11_abi()) if os_ == "linux" else None
-        detected = _torch_backend(torch)
+        detected = torch_backend(torch)
 
     name, version = detected
     if backend is not None and backend != name:
-        allowed = sorted({"cpu", name})
-        if backend != "cpu":
+        allowed = sorted({FALLBACK, name})
+        if backend != FALLBACK:
             raise VariantError(
                 f"invalid backend '{backend}'; allowed here: {', '.join(allowed)} "
-                "(\"cpu\" or the backend torch was built for), or leave it unset to detect it"
+                f"(\"{FALLBACK}\" or the backend torch was built for), or leave it unset to detect it"
             )
-        name, version = "cpu", None
+        name, version = FALLBACK, None
 
     return System(
         arch=arch,

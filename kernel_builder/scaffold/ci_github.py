@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from kernel_builder.backend_facts import FALLBACK, VERSIONED
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.paths import templates_dir
 from kernel_builder.scaffold.kbuild_source import ci_requirement
@@ -46,7 +47,7 @@ __all__ = [
 
 WORKFLOW_PATH = Path(".github/workflows/kbuild.yml")
 DEFAULT_MATRIX = "os=linux arch=x86_64"  # GitHub's hosted runners are x86_64 Linux
-GPU_BACKENDS = ("cuda", "rocm", "xpu")
+GPU_BACKENDS = VERSIONED  # the backends with Linux GPUs (and toolkit versions): cuda, rocm, xpu
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"  # PyPI's Linux torch is the CUDA build
 DEFAULT_BUILD_TIMEOUT = 180  # minutes; a CUDA variant with a dozen architectures takes a while
 SIGSTORE_REQUIREMENT = "sigstore>=4.5,<5"  # kbuild's `sign` extra, for `kbuild sign` in the publish job
@@ -154,7 +155,7 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         install=install,
         # The compiler cache's key: the toolchain is whatever this kbuild's build images hold.
         toolchain=hashlib.sha256(install.encode()).hexdigest()[:12],
-        has_cpu=any(v.backend == "cpu" for v in variants),
+        has_cpu=any(v.backend == FALLBACK for v in variants),
         gpu_runners=list(options.gpu_runners),
         build_timeout=options.build_timeout,
         cpu_torch_index=CPU_TORCH_INDEX,

@@ -29,17 +29,12 @@ from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.kernel.manifest import KEBAB_CASE
 from kernel_builder.paths import templates_dir
 from kernel_builder.variants import BACKENDS
+from kernel_builder.backend_facts import FACTS
 
 __all__ = ["BACKENDS", "BACKEND_FOLDERS", "EXAMPLE_OP", "scaffold", "templates_dir"]
 
-# The template folders (under templates/init/) each backend needs.
-BACKEND_FOLDERS = {
-    "cpu": ("cpu",),
-    "cuda": ("cuda",),
-    "rocm": ("cuda",),  # hipcc compiles <python_name>_cuda/scale_add_kernel.cu
-    "metal": ("metal",),
-    "xpu": ("xpu",),
-}
+# The template folders (under templates/init/) each backend needs (its record's template_folder).
+BACKEND_FOLDERS = {name: (FACTS[name].template_folder,) for name in BACKENDS}
 EXAMPLE_OP = "scale_add"  # every scaffold implements scale_add(Tensor! out, Tensor x, Tensor y, float alpha)
 
 

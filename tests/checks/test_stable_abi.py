@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_builder.compile.backends.common import host_platform, target_version_define
+from kernel_builder.compile.backends.common import target_version_define
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.compile.backends.cuda import nvcc_path, nvcc_version
 from kernel_builder.checks.variant_checks import FAILED, OK, SKIPPED
 from kernel_builder.environments.choice import EnvChooser

@@ -122,7 +122,7 @@ def test_the_standard_cuda_folder_is_looked_in_last(tmp_path, monkeypatch, no_nv
 def test_no_nvcc_names_every_place_looked_in_and_the_wheel_route(no_nvcc_anywhere):
     """Without nvcc the reason also names the variant NVIDIA's compiler wheels build: the
     default matrix's newest torch for this platform with a CUDA release that has wheels."""
-    from kernel_builder.compile.backends.common import host_platform
+    from kernel_builder.runtime.system import host_platform
     from kernel_builder.environments import cuda_wheels
     from kernel_builder.variants import Variant, default_matrix
 

@@ -23,7 +23,8 @@ from typer.testing import CliRunner
 
 from conftest import optional_module
 from kernel_builder.doctor import checkup as doctor
-from kernel_builder.compile.backends.common import cxx_compiler, host_platform
+from kernel_builder.compile.backends.common import cxx_compiler
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.compile.backends.cuda import nvcc_path
 from cuda_toolkit import hidden_toolkit, needs_hiding
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, kbuild, kbuild_in_process, optional_module
-from kernel_builder.compile.backends.common import host_platform
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.errors import VariantError
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.pipeline.selection import admitted, select, take_shard

@@ -81,6 +81,17 @@ class Backend(ABC):
         (the CUDA compiler wheels): `say` hears once what it downloads and how big,
         `progress` what pip is doing. By default nothing is needed."""
 
+    def toolkit_note(self, variant: Variant) -> str | None:
+        """Which of this machine's toolkits builds `variant`, where that can differ
+        (`kbuild variants` adds it to the environment); None by default."""
+        return None
+
+    def toolkit_wheels(self, version: tuple[int, int]) -> tuple[str, ...]:
+        """The pip requirements that install this backend's toolkit `version` (a build image
+        installs them: TOOLKIT_REQUIREMENTS); () where its image installs the toolkit another
+        way. A KbuildError says why where no wheels exist for that version."""
+        return ()
+
     def fallback(self) -> str | None:
         """How this backend builds here without the toolchain it lacks, with what that
         downloads (`kbuild doctor` says it; it may ask pip, for seconds), or None."""

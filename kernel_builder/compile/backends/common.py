@@ -6,7 +6,6 @@ stable-abi` names the backend."""
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from kernel_builder.compile.cmake import CompileSpec, SourceGroup, generated_inc
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.kernel.registration import NAMESPACE_MACRO, registration_files
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.variants import (
     Kind,
     Variant,
@@ -50,38 +50,15 @@ def cxx_standard(env: BuildEnv) -> str:
     return "20" if env.torch >= CXX20_SINCE else "17"
 
 
-def host_platform() -> tuple[str, str]:
-    """(arch, os) in variant spelling: x86_64/aarch64, linux/darwin."""
-    arch = platform.machine().lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
-    return arch, platform.system().lower()
-
-
-def torch_admits(manifest: Manifest | None, torch: tuple[int, int] | None) -> bool:
-    """Whether the kernel's `[torch] minver/maxver` admit this torch version."""
-    bounds = manifest.torch if manifest else None
-    if bounds is None or torch is None:
-        return True
-    if bounds.minver and torch < parse_version(bounds.minver):
-        return False
-    return not (bounds.maxver and torch > parse_version(bounds.maxver))
-
-
 def newest_admitted(manifest: Manifest | None, backend: str, backend_version: tuple[int, int] | None) -> Variant | None:
     """The default matrix's newest variant for this host, backend and backend version
     whose torch the kernel admits: what kbuild builds when no environment says otherwise."""
     here = "-".join(host_platform())
     candidates = [
         v for v in default_matrix().for_backend(backend)
-        if v.backend_version == backend_version and v.platform == here and torch_admits(manifest, v.torch)
+        if v.backend_version == backend_version and v.platform == here and (manifest is None or manifest.admits_torch(v.torch))
     ]
     return max(candidates, key=lambda v: v.torch) if candidates else None
-
-
-def stable_abi(manifest: Manifest | None, backend: str) -> tuple[int, int] | None:
-    """The stable ABI version `[torch] stable-abi` names for this backend, or None."""
-    abi = manifest.torch.stable_abi_for(backend) if manifest and manifest.torch else None
-    return parse_version(abi) if abi else None
 
 
 def env_target(
@@ -95,7 +72,7 @@ def env_target(
     stable-ABI variant, which any torch at least as new as the ABI version compiles.
     `platform` is (arch, os), by default this machine's."""
     arch, os_ = platform or host_platform()
-    abi = stable_abi(manifest, backend)
+    abi = manifest.stable_abi(backend) if manifest else None
     if abi is None:
         return arch_variant(env.torch, backend, backend_version, arch, os_)
     if env.torch < abi:
@@ -112,7 +89,7 @@ def host_default(manifest: Manifest | None, backend: str, backend_version: tuple
     variant if build.toml names the backend (and a torch of the default matrix can compile
     it), else the newest admitted torch of the matrix."""
     newest = newest_admitted(manifest, backend, backend_version)
-    abi = stable_abi(manifest, backend)
+    abi = manifest.stable_abi(backend) if manifest else None
     if newest is None or abi is None:
         return newest
     if newest.torch < abi:

@@ -16,13 +16,13 @@ from kernel_builder.compile.backends.common import (
     cxx_standard,
     env_target,
     host_default,
-    host_platform,
     torch_spec,
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.variants import Variant
 
 

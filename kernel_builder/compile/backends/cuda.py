@@ -25,7 +25,6 @@ from kernel_builder.compile.backends.common import (
     cxx_standard,
     env_target,
     host_default,
-    host_platform,
     not_this_torch,
     torch_spec,
     unit_group,
@@ -36,6 +35,7 @@ from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.environments.store import EnvSpec, creation_cost, find_env, is_managed_env, pypi_flavour
 from kernel_builder.errors import BuildError, KbuildError, UsageError
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.variants import Variant, parse_version
 
 CUDA_SUFFIXES = (".cu",)
@@ -280,15 +280,8 @@ def units_for_version(manifest: Manifest, cuda: tuple[int, int]) -> tuple[Kernel
 
 
 def cuda_bounds_reason(manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
-    general = manifest.general.cuda if manifest else None
-    if general is None:
-        return None
-    text = f"{cuda[0]}.{cuda[1]}"
-    if general.minver and cuda < parse_version(general.minver):
-        return f"[general.cuda] minver {general.minver} excludes CUDA {text}"
-    if general.maxver and cuda > parse_version(general.maxver):
-        return f"[general.cuda] maxver {general.maxver} excludes CUDA {text}"
-    return None
+    """Why the kernel's `[general.cuda] minver/maxver` exclude this CUDA version, or None."""
+    return manifest.toolkit_reason("cuda", cuda) if manifest else None
 
 
 @functools.cache
@@ -321,6 +314,12 @@ class CudaBackend(Backend):
     macro = "CUDA_KERNEL"
     tool = "nvcc"
     install = "the CUDA toolkit (nvcc) of a CUDA release torch ships"
+
+    def toolkit_wheels(self, version: tuple[int, int]) -> tuple[str, ...]:
+        return tuple(cuda_wheels.requirements(version))
+
+    def toolkit_note(self, variant: Variant) -> str | None:
+        return None if variant.backend_version is None else describe_toolkit(variant.backend_version)
 
     def _toolchain_reason(
         self, manifest: Manifest | None, cuda: tuple[int, int], env: BuildEnv | None, managed: bool

@@ -23,7 +23,6 @@ from kernel_builder.compile.backends.common import (
     compiled_files,
     cxx_standard,
     env_target,
-    host_platform,
     torch_spec,
     unit_group,
 )
@@ -31,7 +30,8 @@ from kernel_builder.compile.cmake import CompileSpec, CustomCommand, generated_i
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.sources import content_hash
-from kernel_builder.runtime.system import METAL_MIN_MACOS
+from kernel_builder.backend_facts import FACTS
+from kernel_builder.runtime.system import host_platform
 from kernel_builder.variants import Variant
 
 METAL_SUFFIXES = (".metal",)
@@ -39,9 +39,11 @@ OBJCXX_SUFFIXES = (".mm",)
 
 # Metal Shading Language 4.0, as the `kernels` 0.17 toolchain builds Metal kernels. Its
 # metallibs load on macOS 26 and later only, which is also the floor the runtime puts on
-# every Metal variant (METAL_MIN_MACOS), so an older standard would widen nothing; and
+# every Metal variant (its min_macos in backend_facts), so an older standard would widen nothing; and
 # kernels test `__METAL_VERSION__ >= 310` for bfloat, which 4.0 keeps.
 METAL_STD = "metal4.0"
+METAL_MIN_MACOS = FACTS["metal"].min_macos
+assert METAL_MIN_MACOS is not None
 DEPLOYMENT_TARGET = f"{METAL_MIN_MACOS[0]}.{METAL_MIN_MACOS[1]}"
 
 # The Xcode shim: it runs the clang of the selected Xcode, as xcrun does, whatever $CXX
