@@ -46,6 +46,15 @@ SKIPPED_BACKENDS = {
     "xpu": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far (XPU also needs Intel oneAPI's icpx)",
     "metal": "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far (Metal also needs macOS and Xcode)",
 }
+BUILT_BACKENDS = ("cpu", "cuda")
+
+
+def _skip_reason(manifest: Manifest, backend: str, nvcc: Nvcc | None) -> str | None:
+    if backend not in BUILT_BACKENDS:
+        return SKIPPED_BACKENDS.get(backend, f"kbuild builds [tvm-ffi] kernels for cpu and cuda only so far, not {backend}")
+    return nvcc_missing(manifest) if backend == "cuda" and nvcc is None else None
+
+
 _OPTIONS_REFUSED = ("matrix", "shard", "env", "cuda_arch", "output_cache")
 
 
@@ -89,7 +98,7 @@ def build_tvm_ffi(
     for name, backend in wanted.items():
         if options.variants and name not in options.variants:
             continue
-        why = SKIPPED_BACKENDS.get(backend) or (nvcc_missing(manifest) if backend == "cuda" and nvcc is None else None)
+        why = _skip_reason(manifest, backend, nvcc)
         if why:
             results.append(JobResult(name, backend, SKIPPED, detail=why))
             continue

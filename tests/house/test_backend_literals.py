@@ -28,6 +28,10 @@ ALLOWED: dict[str, tuple[str, bool]] = {
         "([general.cuda], [kernel.*] cuda-capabilities, rocm-archs, rust-cuda-oxide, mlx-noarch on metal)", True),
     "pipeline/plan.py": ("--cuda-arch is the cuda backend's flag by name; it narrows cuda jobs only", False),
     "pipeline/dev_loop.py": ("--cuda-arch again: the dev loop picks this machine's CUDA GPU", False),
+    "pipeline/build_tvm_ffi.py": (
+        "[tvm-ffi] kernels build for cpu and cuda only so far; the others are named with why they are skipped "
+        "(a new backend is skipped there too)", False),
+    "compile/tvm_ffi.py": ("[tvm-ffi] compiles: nvcc for cuda's .cu sources, g++ for the rest", False),
 }
 
 

@@ -34,6 +34,7 @@ PARSING = {
     ("kernel_builder.pipeline.options", "parse_cuda_arch"),
     ("kernel_builder.settings", "positive_count"),
     ("kernel_builder.scaffold.ci_github", "WorkflowOptions"),
+    ("kernel_builder.backend_facts", "BACKENDS"),  # the values --backends takes, for its help
 }
 PRINTING = {
     ("kernel_builder.runners.progress", "progress_for"),
