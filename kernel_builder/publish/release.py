@@ -2,9 +2,9 @@
 commit, tagged `vX.Y.Z`, and the repo card on `main`.
 
 The order makes a failure at any point safe to re-run: the repo and branch are created
-if missing; the commit holds every file of build/ (the Hub applies a commit whole, so a
-killed upload leaves no half commit), and files already identical on the branch are not
-sent again; the tag is created on that commit, and an existing tag is never moved without
+if missing; the commit holds every file of build/ and the kernel's benchmarks/benchmark*.py
+(the Hub applies a commit whole, so a killed upload leaves no half commit), and files
+already identical on the branch are not sent again; the tag is created on that commit, and an existing tag is never moved without
 `force`. The card is a separate commit on `main`, after the tag: a run killed between the
 two is finished by the next run, which finds the tag on exactly this build and the card
 missing (or older), and writes only the card.
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from fnmatch import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_builder.checks.kernel_benchmarks import SCRIPTS
 from kernel_builder.checks.variant_checks import check_build, variant_folders
 from kernel_builder.formatting import first_line
 from kernel_builder.errors import KbuildError, UsageError
@@ -33,6 +35,9 @@ from kernel_builder.runtime.loader import read_metadata
 
 TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 REPO_TYPE = "kernel"
+# Where `kernels benchmark ORG/NAME@vN` looks for the scripts on the version branch; kernel-builder's
+# upload puts the kernel's top-level benchmarks/benchmark*.py there, file name kept.
+BENCHMARKS = "benchmarks"
 FALLBACK_REPO_TYPE = "model"
 
 
@@ -43,8 +48,12 @@ class PublishError(KbuildError):
 @dataclass(frozen=True)
 class Upload:
     local: Path
-    path_in_repo: str  # build/<variant>/<file>
+    path_in_repo: str  # build/<variant>/<file>, or benchmarks/benchmark*.py
     size: int
+
+    @property
+    def is_build(self) -> bool:
+        return self.path_in_repo.startswith("build/")
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,11 @@ class PublishPlan:
     @property
     def size(self) -> int:
         return sum(u.size for u in self.uploads)
+
+    @property
+    def build_uploads(self) -> tuple[Upload, ...]:
+        """The files of build/, what makes a release (the benchmarks only travel with it)."""
+        return tuple(u for u in self.uploads if u.is_build)
 
     def to_json(self) -> dict:
         return {
@@ -133,6 +147,10 @@ def plan_publish(kernel_dir: Path, tag: str, repo_id: str | None = None, allow_d
         for folder in variants
         for path in sorted(folder.rglob("*"))
         if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc")
+    ) + tuple(
+        Upload(path, f"{BENCHMARKS}/{path.name}", path.stat().st_size)
+        for path in sorted((manifest.root / BENCHMARKS).glob(SCRIPTS))
+        if path.is_file()
     )
     card = render_card(manifest, repo, [read_metadata(v) | {"variant": v.name} for v in variants], f"v{major}", tag)
     return PublishPlan(manifest, repo, f"v{major}", tag, tuple(variants), uploads, card)
@@ -202,13 +220,17 @@ def publish(
               f"create branch {plan.branch}", plan.repo_id)
         say(f"created branch {plan.branch}")
     head = branches.get(plan.branch)
-    # The branch becomes exactly build/: files of variants no longer built are deleted.
+    # The branch's build/ becomes exactly build/ (files of variants no longer built are deleted),
+    # and its benchmark scripts exactly the kernel's: a script the kernel dropped is deleted too.
     wanted = {u.path_in_repo for u in plan.uploads}
     existing = _branch_files(api, plan.repo_id, repo_type, plan.branch) if head else set()
     operations = [CommitOperationAdd(path_in_repo=u.path_in_repo, path_or_fileobj=str(u.local)) for u in plan.uploads]
-    operations += [CommitOperationDelete(path_in_repo=p) for p in sorted(existing - wanted) if p.startswith("build/")]
-    say(f"uploading {len(plan.uploads)} files ({plan.size / 1e6:.1f} MB) of {len(plan.variants)} variants to "
-        f"{plan.repo_id}@{plan.branch}")
+    operations += [CommitOperationDelete(path_in_repo=p) for p in sorted(existing - wanted)
+                   if p.startswith("build/") or _is_benchmark_script(p)]
+    benchmarks = len(plan.uploads) - len(plan.build_uploads)
+    say(f"uploading {len(plan.build_uploads)} files of {len(plan.variants)} variants"
+        + (f" and {benchmarks} benchmark scripts" if benchmarks else "")
+        + f" ({plan.size / 1e6:.1f} MB) to {plan.repo_id}@{plan.branch}")
     try:
         commit = api.create_commit(
             plan.repo_id, operations, commit_message=f"{plan.manifest.name} {plan.tag}",
@@ -305,9 +327,15 @@ def _finish_tagged(api, plan: PublishPlan, repo_type: str, sha: str, say: Callab
     return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded=False)
 
 
+def _is_benchmark_script(path_in_repo: str) -> bool:
+    """A benchmarks/**/benchmark*.py file on the branch (kernel-builder deletes those it no longer has)."""
+    return path_in_repo.startswith(f"{BENCHMARKS}/") and fnmatch(path_in_repo.rsplit("/", 1)[1], SCRIPTS)
+
+
 def _holds_build(api, plan: PublishPlan, repo_type: str, sha: str) -> bool:
-    """Whether commit `sha`'s build/ is exactly the plan's files, byte for byte (compared by
-    the ids the Hub lists: sha256 for LFS files, the git blob id for the others)."""
+    """Whether commit `sha`'s build/ is exactly the plan's build files, byte for byte (compared by
+    the ids the Hub lists: sha256 for LFS files, the git blob id for the others). The benchmark
+    scripts are not compared: they are no part of what the tag releases."""
     from huggingface_hub.errors import EntryNotFoundError
     from huggingface_hub.hf_api import RepoFile
     from huggingface_hub.utils.sha import git_hash, sha_fileobj
@@ -320,9 +348,9 @@ def _holds_build(api, plan: PublishPlan, repo_type: str, sha: str) -> bool:
     except EntryNotFoundError:
         return False
     remote = {e.path: e for e in entries}
-    if set(remote) != {u.path_in_repo for u in plan.uploads}:
+    if set(remote) != {u.path_in_repo for u in plan.build_uploads}:
         return False
-    for upload in plan.uploads:
+    for upload in plan.build_uploads:
         entry = remote[upload.path_in_repo]
         if entry.size != upload.size:
             return False

@@ -145,6 +145,46 @@ def test_a_publish_killed_mid_upload_leaves_no_tag_and_a_rerun_completes(relu, h
     assert tags["v1.0.0"] == branches["v1"] != branches["main"]
 
 
+def test_benchmark_scripts_go_to_the_version_branch_where_kernels_benchmark_finds_them(relu, hub, tmp_path):
+    # As kernel-builder's upload: KERNEL_DIR/benchmarks/benchmark*.py to benchmarks/ on vN, a
+    # benchmark*.py the kernel no longer has deleted there, other files under benchmarks/ kept.
+    from huggingface_hub import HfApi
+
+    env, repo_id = hub_env(hub, tmp_path), "me/relu-bench"
+    api = HfApi(endpoint=hub.endpoint, token=hub.write_token)
+    api.create_repo(repo_id, repo_type="kernel")
+    api.create_branch(repo_id, branch="v1", repo_type="kernel")
+    for name in ("benchmark_old.py", "notes.md"):
+        api.upload_file(path_or_fileobj=b"# left from an earlier release\n", path_in_repo=f"benchmarks/{name}",
+                        repo_id=repo_id, repo_type="kernel", revision="v1")
+    result = publish(relu, "--tag", "v1.0.0", "--repo-id", repo_id, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "and 1 benchmark scripts" in result.stderr, result.stderr
+
+    on_branch = {f.path for f in api.list_repo_tree(repo_id, path_in_repo="benchmarks", repo_type="kernel",
+                                                   revision="v1.0.0", recursive=True)}
+    assert on_branch == {"benchmarks/benchmark.py", "benchmarks/notes.md"}, on_branch
+    # The reference client's own discovery (what `kernels benchmark ORG/NAME@v1` runs) on a download of the branch.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from huggingface_hub import snapshot_download\n"
+        "from kernels._internals.cli import benchmark\n"  # kernels 0.19.1's module for `kernels benchmark`
+        f"path = Path(snapshot_download({repo_id!r}, repo_type='kernel', revision='v1'))\n"
+        f"for script in benchmark.discover_benchmark_scripts({repo_id!r}, path):\n"
+        "    print(script.name, script.read_bytes() == Path(sys.argv[1]).read_bytes())\n"
+    )
+    found = subprocess.run([sys.executable, "-c", script, str(relu / "benchmarks" / "benchmark.py")],
+                           env=dict(os.environ, **env), capture_output=True, text=True, check=False)
+    assert found.returncode == 0, found.stderr[-3000:]
+    assert found.stdout.split() == ["benchmark.py", "True"], found.stdout
+
+    # The tag holds this build (the benchmark scripts are not what it compares): a re-run is
+    # "nothing left to do", not "other content than build/".
+    again = publish(relu, "--tag", "v1.0.0", "--repo-id", repo_id, env=env)
+    assert again.returncode == 1 and "with this build" in again.stderr, again.stderr
+
+
 def test_versions_branches_and_ranges(fused, hub, tmp_path):
     env = hub_env(hub, tmp_path)
     repo = ["--repo-id", "kernels-community/fused"]
