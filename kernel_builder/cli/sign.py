@@ -35,7 +35,7 @@ def sign(
 
 
 def verify(
-    target: str = typer.Argument(..., help="A build folder, or REPO@VERSION on the Hub (this machine's variant)."),
+    target: str = typer.Argument(..., help="A build folder, or REPO@VERSION on the Hub (every variant: only their metadata.json and bundles are downloaded)."),
     trust_root: Path = typer.Option(
         None, "--trust-root", envvar="KBUILD_SIGSTORE_TRUST_ROOT",
         help="A Sigstore trusted_root.json (default: Sigstore's public root; offline, its cached copy).",

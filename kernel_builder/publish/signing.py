@@ -126,11 +126,13 @@ def verify_build(build_dir: Path, root: TrustRoot) -> list[tuple[str, SignatureC
 def verify_target(target: str, trust_root_file: Path | None) -> tuple[TrustRoot, list[tuple[str, SignatureCheck]]]:
     """`kbuild verify TARGET`: the trust root checked against (the file given, else Sigstore's
     public one), and what the signature of each variant says: a build folder's variants, or
-    REPO@VERSION's variant for this machine, fetched from the Hub (its code is only read, never run)."""
+    those of REPO@VERSION on the Hub (only their metadata.json and bundles are downloaded)."""
     root = trust_root(trust_root_file)
     if Path(target).exists() or "@" not in target:
         return root, verify_build(Path(target), root)
-    from kernel_builder.runtime.hub import fetch_kernel
+    from kernel_builder.runtime.hub import fetch_signed_metadata
 
-    fetched = fetch_kernel(target, trust_remote_code=True)
-    return root, [(fetched.variant, check_signature(fetched.path, root))]
+    _, variants = fetch_signed_metadata(target)
+    if not variants:
+        raise SigningError(f"{target} holds no variants in build/: nothing to verify")
+    return root, [(name, check_signature(folder, root)) for name, folder in variants]

@@ -42,7 +42,7 @@ from kernel_builder.runtime.loader import (
     load_local,
 )
 from kernel_builder.runtime.select import select_variant
-from kernel_builder.runtime.signatures import SignaturePolicy
+from kernel_builder.runtime.signatures import BUNDLE, SignaturePolicy
 from kernel_builder.runtime.system import System, detect_system
 from kernel_builder.runtime.trust import check_trust
 from kernel_builder.runtime.versions import (
@@ -343,6 +343,9 @@ class HubClient:
         return sorted(e.path.rsplit("/", 1)[-1] for e in entries if isinstance(e, RepoFolder))
 
     def download(self, repo_id: str, repo_type: str, sha: str, variant: str) -> None:
+        self.download_matching(repo_id, repo_type, sha, [f"build/{variant}/*"], f"build/{variant}")
+
+    def download_matching(self, repo_id: str, repo_type: str, sha: str, patterns: list[str], what: str) -> None:
         from huggingface_hub import snapshot_download
 
         from kernel_builder import __version__
@@ -352,7 +355,7 @@ class HubClient:
                 repo_id,
                 repo_type=repo_type,
                 revision=sha,
-                allow_patterns=[f"build/{variant}/*"],
+                allow_patterns=patterns,
                 cache_dir=self.cache,
                 endpoint=self.endpoint,
                 token=self.token,
@@ -360,7 +363,7 @@ class HubClient:
                 library_version=__version__,
             )
         except Exception as e:  # noqa: BLE001
-            raise self.fail(repo_id, e, f"downloading build/{variant} at {sha[:7]}") from None
+            raise self.fail(repo_id, e, f"downloading {what} at {sha[:7]}") from None
 
 
 # -- the public API ------------------------------------------------------------------------
@@ -467,6 +470,30 @@ def fetch_kernel(
     if resolved.ref != sha:
         cache.write_hf_ref(resolved.ref, sha)
     return FetchedKernel(request.repo_id, cache.repo_type, resolved.ref, sha, best.name, folder, downloaded)
+
+
+def fetch_signed_metadata(
+    repo_id: str,
+    version: int | str | None = None,
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    token: str | bool | None = None,
+    endpoint: str | None = None,
+) -> tuple[str, list[tuple[str, Path]]]:
+    """Every variant's metadata.json and signature bundle at a version, downloaded into the
+    cache (nothing else: no code, so no trust needed): `kbuild verify REPO@VERSION`. Returns
+    the resolved label and (variant, folder) for each variant of build/."""
+    request = parse_request(repo_id, version, revision)
+    cache_root = hub_cache_dir(cache_dir)
+    hub = HubClient(endpoint, token, cache_root)
+    cache, resolved = _resolve_online(hub, cache_root, request)
+    sha = resolved.sha
+    names = hub.variant_names(request.repo_id, cache.repo_type, sha)
+    hub.download_matching(request.repo_id, cache.repo_type, sha,
+                          ["build/*/metadata.json", f"build/*/{BUNDLE}"], "the variants' metadata")
+    label = f"{request.repo_id}@{resolved.ref}" + ("" if resolved.ref == sha else f" ({sha[:7]})")
+    return label, [(name, cache.variant_dir(sha, name)) for name in names]
 
 
 def _complete_commit(cache_root: Path, request: KernelRequest, system: System) -> FetchedKernel | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from test_runtime_hub import PUBLISH, REPO, client_env, make_noarch_kernel, run_client
@@ -40,11 +41,15 @@ def test_sign_publish_load_by_version_with_a_policy(tmp_path):
         trusted = dict(env, KBUILD_SIGNERS="github:myorg/*@refs/tags/v*")
         loaded = run_client(trusted, (repo_id, {"version": 1, "trust_remote_code": True}))[0]
         assert loaded["value"] == 10, loaded
-        # `kbuild verify REPO@VERSION` downloads this machine's variant and names its signer.
+        # `kbuild verify REPO@VERSION` names the signer of every variant, the one this machine
+        # cannot load included, from their metadata.json and bundles alone.
         verified = subprocess.run([sys.executable, "-m", "kernel_builder.cli", "verify", f"{repo_id}@v1.0.0"],
                                   env=env, capture_output=True, text=True, check=False)
         assert verified.returncode == 0, verified.stdout + verified.stderr
-        assert "torch-cpu: signed by github:myorg/relu/.github/workflows/release.yaml@refs/tags/v1.2.0" in verified.stdout
+        for variant in ("torch-cpu", "torch-cuda"):
+            assert f"{variant}: signed by github:myorg/relu/.github/workflows/release.yaml@refs/tags/v1.2.0" in verified.stdout
+        (cuda,) = {p.parent for p in Path(env["HF_HOME"]).rglob("torch-cuda/metadata.json")}
+        assert sorted(p.name for p in cuda.iterdir()) == ["metadata.json", "metadata.json.sigstore"]  # no code
         # kernels' default list does not name myorg: refused in require mode, naming the signer.
         refused = run_client(env, (repo_id, {"version": 1, "trust_remote_code": True}))[0]
         assert refused["type"] == "SignatureRefusedError"
