@@ -28,6 +28,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "runtime"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from test_runtime_hub import RELU, client_env, publish
