@@ -25,8 +25,10 @@ Usage: python benchmarks/bench_get_kernel.py [RUNS] [--baseline DIR]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -72,6 +74,15 @@ def load(which: str, env: dict, *revision: str, source: Path = REPO) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@contextlib.contextmanager
+def cleanup(folder: Path):
+    """The test Hub's repos and the client caches are only for this run."""
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000
 
@@ -83,7 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     runs = args.runs
     work = Path(tempfile.mkdtemp(prefix="kbuild-bench-get-kernel-"))
-    with HubServer(work / "hub") as server:
+    with cleanup(work), HubServer(work / "hub") as server:
         commits = publish(server, work, RELU, [("v1.0.0", "v1", "v1.0.0", 10), ("v1-head", "v1", None, 12)])
         env = client_env(server, work)
         # The default (warn), as a user runs it, unless this script's environment sets a mode.
