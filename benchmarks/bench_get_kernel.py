@@ -12,14 +12,23 @@ interpreter, alternating, RUNS times:
 - kbuild offline (HF_HUB_OFFLINE=1): the call, with no request at all;
 - kbuild by commit (revision=<sha>, as a kernels.lock load does), online: no request either.
 
+Both run in their default signature mode (the test kernel is unsigned), as a user's program
+would; KBUILD_SIGNATURES set for this script applies to kbuild's loads. With `--baseline DIR` (another kbuild source tree, e.g. `git archive main kernel_builder
+| tar -x -C DIR`), that tree's `get_kernel` is timed in the same rounds as "kbuild baseline",
+so a before/after comparison shares one machine state.
+
 It also counts the Hub requests one warm load makes. Prints medians and the ratios.
 
-Usage: python benchmarks/bench_get_kernel.py [RUNS]
+Usage: python benchmarks/bench_get_kernel.py [RUNS] [--baseline DIR]
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,6 +37,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "runtime"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from test_runtime_hub import RELU, client_env, publish
@@ -54,12 +64,23 @@ LOAD = textwrap.dedent(
 )
 
 
-def load(which: str, env: dict, *revision: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", LOAD, which, RELU, *revision], env=env, cwd=REPO,
-                            capture_output=True, text=True, check=False)
+def load(which: str, env: dict, *revision: str, source: Path = REPO) -> dict:
+    # cwd and PYTHONPATH pick the kbuild tree that is imported.
+    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")])))
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", LOAD, which, RELU, *revision], env=env,
+                            cwd=source, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"{which} load failed:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def cleanup(folder: Path):
+    """The test Hub's repos and the client caches are only for this run."""
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def median_ms(values: list[float]) -> float:
@@ -67,11 +88,18 @@ def median_ms(values: list[float]) -> float:
 
 
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="?", type=int, default=7)
+    parser.add_argument("--baseline", type=Path, help="another kbuild source tree, timed in the same rounds")
+    args = parser.parse_args()
+    runs = args.runs
     work = Path(tempfile.mkdtemp(prefix="kbuild-bench-get-kernel-"))
-    with HubServer(work / "hub") as server:
+    with cleanup(work), HubServer(work / "hub") as server:
         commits = publish(server, work, RELU, [("v1.0.0", "v1", "v1.0.0", 10), ("v1-head", "v1", None, 12)])
         env = client_env(server, work)
+        # The default (warn), as a user runs it, unless this script's environment sets a mode.
+        env.pop("KBUILD_SIGNATURES")
+        env.update({k: v for k, v in os.environ.items() if k == "KBUILD_SIGNATURES"})
         offline = dict(env, HF_HUB_OFFLINE="1")
 
         counts = {}
@@ -91,6 +119,8 @@ def main() -> None:
             times["kernels"].append(load("kernels", env))
             times["kbuild offline"].append(load("kbuild", offline))
             times["kbuild by commit"].append(load("kbuild", env, commits["v1-head"]))
+            if args.baseline:
+                times.setdefault("kbuild baseline", []).append(load("kbuild", env, source=args.baseline.resolve()))
 
     print(f"get_kernel on a cached variant, median of {runs} fresh interpreters each (test Hub on loopback):")
     print(f"{'':16} {'call':>10} {'import+call':>12}  requests per warm load")
@@ -99,10 +129,14 @@ def main() -> None:
         call = median_ms([s["call"] for s in samples])
         total = median_ms([s["import"] + s["call"] for s in samples])
         medians[which] = (call, total)
-        print(f"{which:16} {call:8.1f} ms {total:9.1f} ms  {len(counts.get(which, []))}")
+        requests = len(counts[which]) if which in counts else "-"
+        print(f"{which:16} {call:8.1f} ms {total:9.1f} ms  {requests}")
     (ours_call, ours_total), (theirs_call, theirs_total) = medians["kbuild"], medians["kernels"]
     print(f"kernels / kbuild: call {theirs_call / ours_call:.2f}x, import+call {theirs_total / ours_total:.2f}x; "
           f"kernels / kbuild offline: call {theirs_call / medians['kbuild offline'][0]:.2f}x")
+    if args.baseline:
+        before_call, before_total = medians["kbuild baseline"]
+        print(f"kbuild baseline / kbuild: call {before_call / ours_call:.2f}x, import+call {before_total / ours_total:.2f}x")
     for which, requests in counts.items():
         print(f"{which} warm requests: " + ("; ".join(requests) or "none"))
 

@@ -19,11 +19,13 @@ record of them for sha downloads. The resolved branch or tag is also written to 
 cache's `refs/<name>` (huggingface_hub's own format), which `kernels` reads offline.
 
 Only the standard library is imported until a request is needed: huggingface_hub is
-imported lazily, and an offline or fully cached load by commit never imports it.
+imported lazily, and an offline or fully cached load by commit never imports it. A warm
+load by version or tag (one ref listing) imports only its HTTP layer, not `hf_api`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -237,12 +239,17 @@ class HubClient:
     """The few calls get_kernel makes, with huggingface_hub's errors turned into one line."""
 
     def __init__(self, endpoint: str | None, token: str | bool | None, cache: Path):
+        self.endpoint, self.token, self.cache = endpoint, token, cache
+
+    @functools.cached_property
+    def api(self):
+        """huggingface_hub's HfApi, for the calls a warm load does not make: importing
+        huggingface_hub.hf_api costs about as much as the rest of a warm load."""
         from huggingface_hub import HfApi
 
         from kernel_builder import __version__
 
-        self.endpoint, self.token, self.cache = endpoint, token, cache
-        self.api = HfApi(endpoint=endpoint, token=token, library_name="kbuild", library_version=__version__)
+        return HfApi(endpoint=self.endpoint, token=self.token, library_name="kbuild", library_version=__version__)
 
     @property
     def where(self) -> str:
@@ -251,6 +258,24 @@ class HubClient:
         from huggingface_hub import constants
 
         return constants.ENDPOINT
+
+    def _list_refs(self, repo_id: str, repo_type: str) -> Refs:
+        """HfApi.list_repo_refs's one GET, through huggingface_hub's own session, headers
+        (token, user agent) and error mapping, without importing huggingface_hub.hf_api."""
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        from kernel_builder import __version__
+
+        response = get_session().get(
+            f"{self.where}/api/{repo_type}s/{repo_id}/refs",
+            headers=build_hf_headers(token=self.token, library_name="kbuild", library_version=__version__),
+        )
+        hf_raise_for_status(response)
+        data = response.json()
+        return Refs(
+            branches={b["name"]: b["targetCommit"] for b in data["branches"]},
+            tags={t["name"]: t["targetCommit"] for t in data["tags"]},
+        )
 
     def fail(self, repo_id: str, error: Exception, doing: str) -> KernelLoadError:
         from huggingface_hub.errors import (
@@ -287,7 +312,7 @@ class HubClient:
         first: Exception | None = None
         for repo_type in REPO_TYPES:
             try:
-                listing = self.api.list_repo_refs(repo_id, repo_type=repo_type)
+                refs = self._list_refs(repo_id, repo_type)
             except (RepositoryNotFoundError, BadRequestError) as e:
                 first = first or e
                 continue
@@ -298,10 +323,7 @@ class HubClient:
                 raise self.fail(repo_id, e, "listing its branches and tags") from None
             except Exception as e:  # noqa: BLE001 - unreachable Hub and the like: one line
                 raise self.fail(repo_id, e, "listing its branches and tags") from None
-            return repo_type, Refs(
-                branches={b.name: b.target_commit for b in listing.branches},
-                tags={t.name: t.target_commit for t in listing.tags},
-            )
+            return repo_type, refs
         assert first is not None
         if isinstance(first, RepositoryNotFoundError) or (
             isinstance(first, HfHubHTTPError) and first.response is not None and first.response.status_code == 404

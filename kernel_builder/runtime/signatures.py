@@ -204,11 +204,11 @@ def signer_of(cert) -> Signer | None:
 
 def check_signature(folder: Path | str, root: TrustRoot) -> SignatureCheck:
     """Verify `folder/metadata.json.sigstore` over `folder/metadata.json` (before metadata.json is parsed)."""
-    sigstore_error, bundle_cls, _, _, _, policy = _sigstore()
     folder = Path(folder)
     bundle_file = folder / BUNDLE
     if not bundle_file.is_file():
         return SignatureCheck("unsigned")
+    sigstore_error, bundle_cls, _, _, _, policy = _sigstore()
     try:
         bundle = bundle_cls.from_json(bundle_file.read_bytes())
         metadata = (folder / "metadata.json").read_bytes()
@@ -235,7 +235,10 @@ def enforce(folder: Path, policy: SignaturePolicy, root: TrustRoot | None = None
         return None
     if policy.mode == "warn" and root is None and importlib.util.find_spec("sigstore") is None:
         return None  # as kernels does: without the sign extra, warn mode checks nothing
-    check = check_signature(folder, root or trust_root())
+    # No bundle, nothing to verify: sigstore's import and its trust root (a TUF refresh over
+    # the network) cost seconds, so an unsigned variant is judged without them.
+    signed = (folder / BUNDLE).is_file()
+    check = check_signature(folder, root or trust_root()) if signed else SignatureCheck("unsigned")
     if check.status == "signed" and policy.trusts(check.signer):
         return None
     problem = (f"{folder} is signed by {check.signer}, which the signer policy does not trust"

@@ -458,6 +458,53 @@ def test_cached_loads_online_and_offline_and_only_one_variant_is_downloaded(publ
     assert offline[-1] == {"hf_imported": False} and requests == []
 
 
+# A warm load in the user's default setup (no KBUILD_SIGNATURES): what it imported, and the
+# warnings it gave. Each mode is a fresh process, as a program starting would be.
+WARM_CLIENT = textwrap.dedent(
+    """
+    import json, sys, warnings
+    from kernel_builder.runtime import get_kernel, KernelLoadError
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = {"value": get_kernel("kernels-community/relu", version=1).value}
+        except KernelLoadError as e:
+            out = {"error": e.message, "type": type(e).__name__}
+    out["imported"] = sorted(m for m in ("huggingface_hub.hf_api", "sigstore") if m in sys.modules)
+    out["warnings"] = [str(w.message) for w in caught]
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.e2e
+def test_a_warm_load_by_version_imports_only_what_it_needs(published, tmp_path):
+    """The warm online path makes kernels' one ref listing through huggingface_hub's HTTP layer
+    (not hf_api), and an unsigned variant is judged without sigstore or its trust root: both
+    imports cost more than the rest of the load (benchmarks/bench_get_kernel.py)."""
+    env = client_env(published.server, tmp_path)
+    del env["KBUILD_SIGNATURES"]  # the default, warn
+
+    def warm(**extra):
+        result = subprocess.run([sys.executable, "-c", WARM_CLIENT], env=dict(env, **extra), cwd=REPO,
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert warm()["value"] == 12  # cold: downloads, so imports hf_api
+    out, requests = requests_during(published.server, warm)
+    assert out["value"] == 12 and out["imported"] == []
+    assert [(r.method, r.path) for r in requests] == [("GET", "/api/kernels/kernels-community/relu/refs")]
+    assert any("is unsigned (loading it anyway: KBUILD_SIGNATURES=warn)" in w for w in out["warnings"]), out
+
+    refused = warm(KBUILD_SIGNATURES="require")
+    assert refused["type"] == "SignatureRefusedError" and "is unsigned; refused" in refused["error"], refused
+    assert refused["imported"] == []
+
+    # HF_TOKEN goes into the listing's headers through huggingface_hub, as with HfApi.
+    assert warm(HF_TOKEN="hf_test_token")["value"] == 12
+
+
 @pytest.mark.e2e
 def test_a_file_changed_in_the_cache_is_refused_by_name(published, tmp_path):
     env = client_env(published.server, tmp_path)
