@@ -139,9 +139,10 @@ def same_files(uploads, remote: dict) -> bool:
     return True
 
 
-def call(action, doing: str, repo_id: str):
-    """`action()`, with the Hub's refusal as one line; a missing file (EntryNotFoundError)
-    passes through for callers to which that is an answer."""
+def call(action, doing: str, repo_id: str, error=None):
+    """`action()`, with the Hub's refusal as one line: `error(e, doing, repo_id)` (default a
+    HubReadError). A missing file (EntryNotFoundError) passes through for callers to which that
+    is an answer."""
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 
     try:
@@ -149,7 +150,7 @@ def call(action, doing: str, repo_id: str):
     except EntryNotFoundError:
         raise
     except HfHubHTTPError as e:
-        raise HubReadError(f"cannot {doing}: {hub_message(e)}") from None
+        raise (error(e, doing, repo_id) if error else HubReadError(f"cannot {doing}: {hub_message(e)}")) from None
 
 
 def hub_message(error) -> str:

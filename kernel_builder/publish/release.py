@@ -31,7 +31,7 @@ from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.hub_names import repo_id_problem
 from kernel_builder.kernel.identity import DIRTY, kernel_identity
 from kernel_builder.kernel.manifest import Manifest, load_manifest
-from kernel_builder.pipeline.hub_variants import FALLBACK_REPO_TYPE, REPO_TYPE, hub_message, same_files
+from kernel_builder.pipeline.hub_variants import FALLBACK_REPO_TYPE, REPO_TYPE, call, hub_message, same_files
 from kernel_builder.publish.add_variants import narrow
 from kernel_builder.publish.api_diff import Api, breaks, describe_breaks, local_api, previous_release
 from kernel_builder.publish.repo_card import card_release, later_release, render_card
@@ -484,16 +484,8 @@ def _branch_files(api, repo_id: str, repo_type: str, branch: str) -> set[str]:
 
 
 def _call(action, doing: str, repo_id: str):
-    """`action()`, with the Hub's refusal as one line; a missing file (EntryNotFoundError)
-    passes through for callers to which that is an answer."""
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
-
-    try:
-        return action()
-    except EntryNotFoundError:
-        raise
-    except HfHubHTTPError as e:
-        raise _hub_error(e, doing, repo_id) from None
+    """hub_variants.call, with a refusal as a PublishError (a 403 says the token cannot write)."""
+    return call(action, doing, repo_id, _hub_error)
 
 
 def _hub_error(error, doing: str, repo_id: str) -> PublishError:

@@ -62,6 +62,8 @@ def one_line(result) -> str:
 def test_add_variants_adds_the_missing_variant_and_leaves_the_released_one_byte_identical(two_variant_kernel, hub, tmp_path):
     root, env = two_variant_kernel, hub_env(hub, tmp_path)
     repo = ["--repo-id", REPO_ID]
+    first = kbuild("publish", str(root), "--add-variants", "--tag", "v1.0.0", *repo, env=env)
+    assert "cannot read me/fused on the Hub" in one_line(first)  # nothing released to add to
     # v1.0.0 ships CPU only (the CUDA build is held back, as if the matrix had no CUDA variant yet).
     held = tmp_path / "held"
     shutil.move(root / "build" / "torch-cuda", held)
