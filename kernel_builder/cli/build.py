@@ -212,6 +212,9 @@ def plan(
     variant_names: Optional[str] = VARIANT_NAMES_OPTION,
     env: Optional[Path] = ENV_OPTION,
     create_env: bool = CREATE_ENV_OPTION,
+    missing_from: Optional[str] = typer.Option(
+        None, "--missing-from", metavar="ORG/NAME@vN",
+        help="List only the variants that this version branch of the Hub does not have yet (either naming style)."),
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as a JSON list."),
 ) -> None:
     """Print the jobs `kbuild build` would run with these options, and why it skips the rest; builds nothing."""
@@ -219,12 +222,14 @@ def plan(
     from kernel_builder.pipeline.plan_assembly import plan_table
 
     options = BuildOptions(matrix=matrix, shard=shard, variant_names=variant_names, env=env, create_env=create_env)
-    table = plan_table(kernel_dir, options)
+    table = plan_table(kernel_dir, options, missing_from)
     if as_json:
         print_json(table.rows)
         return
     builds = sum(row["buildable"] for row in table.rows)
-    _print_variant_rows(f"{table.kernel}: {builds} of {len(table.rows)} build here ({table.environments})", table.rows)
+    counts = (f"{len(table.rows)} missing from {missing_from}, {builds} of them build here" if missing_from
+              else f"{builds} of {len(table.rows)} build here")
+    _print_variant_rows(f"{table.kernel}: {counts} ({table.environments})", table.rows)
 
 
 def variants(

@@ -23,6 +23,10 @@ def publish(
     allow_api_break: bool = typer.Option(
         False, "--allow-api-break",
         help="Publish even if an op, layer or function of the previous release of this major is removed or changed."),
+    add_variants: bool = typer.Option(
+        False, "--add-variants",
+        help="Add only the variants of build/ that branch vMAJOR lacks, keeping every file already there; "
+        "a variant it has with other content is refused."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan (--dry-run) or the result as JSON."),
 ) -> None:
     """Publish every variant under build/ to branch vMAJOR of a Hub repo in one commit, tag it, and update the repo card."""
@@ -32,7 +36,7 @@ def publish(
     from kernel_builder.publish.release import publish as run_publish
 
     console = _console(stderr=True)
-    plan = plan_publish(kernel_dir, tag, repo_id, allow_dirty)
+    plan = plan_publish(kernel_dir, tag, repo_id, allow_dirty, add_variants)
     if dry_run:
         if as_json:
             print_json(plan.to_json())
@@ -42,6 +46,8 @@ def publish(
                   f"{len(plan.uploads)} files ({plan.size / 1e6:.2f} MB) in one commit")
         for upload in plan.uploads:
             out.print(f"  {upload.size:>12,}  {escape(upload.path_in_repo)}")
+        if plan.base:
+            out.print(f"  on top of {plan.base[:12]}, keeping {escape(', '.join(plan.kept))} as they are")
         out.print("  and README.md (the repo card) on main")
         return
     done = run_publish(plan, private=private, create_pr=create_pr, force=force, allow_api_break=allow_api_break,

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Sequence
 
 from kernel_builder.environments.choice import EnvChooser
+from kernel_builder.errors import UsageError
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.pipeline.host import judge
 from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.pipeline.plan import Plan, naming_style, plan_build
 from kernel_builder.pipeline.selection import resolve
+from kernel_builder.pipeline.hub_variants import is_on_branch, parse_branch_ref, variants_on_branch
 from kernel_builder.variants import BACKENDS, Style, Variant, default_matrix
 
 
@@ -90,10 +92,22 @@ def _environments(chooser: EnvChooser) -> str:
     return chooser.primary.describe() if chooser.primary else "no torch in the running interpreter"
 
 
-def plan_table(kernel_dir: Path, options: BuildOptions) -> VariantTable:
-    """`kbuild plan`: the jobs `kbuild build` would run with `options`, and its skips."""
-    inputs = assemble_plan(load_manifest(kernel_dir), options)
-    return VariantTable(inputs.manifest.name, _environments(inputs.chooser), inputs.rows())
+def plan_table(kernel_dir: Path, options: BuildOptions, missing_from: str | None = None) -> VariantTable:
+    """`kbuild plan`: the jobs `kbuild build` would run with `options`, and its skips. With
+    `missing_from` (ORG/NAME@vN), only the variants that branch of the Hub does not have yet
+    (in either naming style): what `kbuild publish --add-variants` would add once built."""
+    manifest = load_manifest(kernel_dir)
+    ref = parse_branch_ref(missing_from) if missing_from is not None else None
+    if ref is not None and ref.major != manifest.general.version:
+        raise UsageError(f"--missing-from {missing_from}: {manifest.name}'s build.toml has version = "
+                         f"{manifest.general.version}, so its builds go to branch v{manifest.general.version}")
+    inputs = assemble_plan(manifest, options)
+    rows = inputs.rows()
+    if ref is not None:
+        present = variants_on_branch(ref)
+        # A row without a variant is a whole backend that builds nothing here: nothing to add.
+        rows = [row for row in rows if row["variant"] is not None and not is_on_branch(row["variant"], present)]
+    return VariantTable(inputs.manifest.name, _environments(inputs.chooser), rows)
 
 
 def matrix_table(kernel_dir: Path | None, env: Path | None) -> VariantTable:

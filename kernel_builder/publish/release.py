@@ -9,6 +9,9 @@ already identical on the branch are not sent again; the tag is created on that c
 two is finished by the next run, which finds the tag on exactly this build and the card
 missing (or older), and writes only the card.
 
+With --add-variants the commit adds only the variants the branch lacks, on top of it, and
+deletes nothing (kernel_builder.publish.add_variants cuts the plan).
+
 huggingface_hub is imported only here, when publishing: `HF_TOKEN` (or the login) gives
 the token and `HF_ENDPOINT` the server, as for every huggingface_hub call.
 """
@@ -28,17 +31,17 @@ from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.hub_names import repo_id_problem
 from kernel_builder.kernel.identity import DIRTY, kernel_identity
 from kernel_builder.kernel.manifest import Manifest, load_manifest
+from kernel_builder.pipeline.hub_variants import FALLBACK_REPO_TYPE, REPO_TYPE, call, hub_message, same_files
+from kernel_builder.publish.add_variants import narrow
 from kernel_builder.publish.api_diff import Api, breaks, describe_breaks, local_api, previous_release
 from kernel_builder.publish.repo_card import card_release, later_release, render_card
 from kernel_builder.publish.signing import stale_signatures
 from kernel_builder.runtime.loader import read_metadata
 
 TAG_RE = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
-REPO_TYPE = "kernel"
 # Where `kernels benchmark ORG/NAME@vN` looks for the scripts on the version branch; kernel-builder's
 # upload puts the kernel's top-level benchmarks/benchmark*.py there, file name kept.
 BENCHMARKS = "benchmarks"
-FALLBACK_REPO_TYPE = "model"
 
 
 class PublishError(KbuildError):
@@ -65,6 +68,11 @@ class PublishPlan:
     variants: tuple[Path, ...]
     uploads: tuple[Upload, ...]
     card: str
+    # --add-variants (kernel_builder.publish.add_variants): the branch commit the variants are
+    # added to, the repo's type, and the variants already there, which stay as they are.
+    base: str | None = None
+    repo_type: str | None = None
+    kept: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -81,7 +89,7 @@ class PublishPlan:
             "variants": [v.name for v in self.variants],
             "files": [{"path": u.path_in_repo, "size": u.size} for u in self.uploads],
             "size": self.size,
-        }
+        } | ({"add_to": self.base, "kept": list(self.kept)} if self.base else {})
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,13 @@ def _repo_id(manifest: Manifest, repo_id: str | None) -> str:
     return chosen
 
 
-def plan_publish(kernel_dir: Path, tag: str, repo_id: str | None = None, allow_dirty: bool = False) -> PublishPlan:
+def plan_publish(
+    kernel_dir: Path, tag: str, repo_id: str | None = None, allow_dirty: bool = False, add_variants: bool = False,
+) -> PublishPlan:
     """Everything publishing would do, decided without touching the Hub: which variants and
-    files go to which branch and tag, and the card. Refuses what must not be published."""
+    files go to which branch and tag, and the card. Refuses what must not be published.
+    With `add_variants`, only the variants the branch lacks, read from the Hub
+    (kernel_builder.publish.add_variants)."""
     manifest = load_manifest(kernel_dir)
     major, _, _ = parse_tag(tag, manifest.general.version)
     repo = _repo_id(manifest, repo_id)
@@ -153,7 +165,8 @@ def plan_publish(kernel_dir: Path, tag: str, repo_id: str | None = None, allow_d
         if path.is_file()
     )
     card = render_card(manifest, repo, [read_metadata(v) | {"variant": v.name} for v in variants], f"v{major}", tag)
-    return PublishPlan(manifest, repo, f"v{major}", tag, tuple(variants), uploads, card)
+    plan = PublishPlan(manifest, repo, f"v{major}", tag, tuple(variants), uploads, card)
+    return narrow(plan) if add_variants else plan
 
 
 def _refuse_stale_or_dirty(manifest: Manifest, out: Path, variants: list[Path], allow_dirty: bool) -> None:
@@ -198,12 +211,18 @@ def publish(
 ) -> Published:
     """Carry out `plan` against the Hub (HF_ENDPOINT) with the configured token. A release that
     removes or changes what the previous release of its major has is refused unless
-    `allow_api_break` (kernel_builder.publish.api_diff)."""
+    `allow_api_break` (kernel_builder.publish.api_diff). A plan made with add_variants adds
+    its variants to the branch and touches nothing else (kernel_builder.publish.add_variants)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
     from huggingface_hub.errors import HfHubHTTPError
 
+    if plan.base is not None and (create_pr or force):
+        raise UsageError(f"--add-variants adds to {plan.repo_id}@{plan.branch} with a new tag: "
+                         f"{'--create-pr' if create_pr else '--force'} does not go with it")
     api = HfApi()
     _check_token(api)
+    if plan.base is not None:
+        return _add_variants(api, plan, say)
     repo_type = _create_repo(api, plan.repo_id, private, say)
     refs = _call(lambda: api.list_repo_refs(plan.repo_id, repo_type=repo_type), f"list the refs of {plan.repo_id}", plan.repo_id)
     tags = {t.name: t.target_commit for t in refs.tags}
@@ -313,18 +332,77 @@ def _finish_tagged(api, plan: PublishPlan, repo_type: str, sha: str, say: Callab
     if not _holds_build(api, plan, repo_type, sha):
         raise PublishError(f"{where} with other content than build/; publish a new version, "
                            "or pass --force to move it")
+    return _finish_card(api, plan, repo_type, sha, f"{where} with this build", "publish a new version, or pass --force to move it", say)
+
+
+def _finish_card(api, plan: PublishPlan, repo_type: str, sha: str, where: str, instead: str,
+                 say: Callable[[str], None]) -> Published:
+    """The tag is on this build already: write the card, unless the card on main is for this
+    release or a later one (a late re-run never rolls the card back)."""
     current = _card_on_main(api, plan, repo_type)
     release = card_release(current) if current is not None else None
     ours = parse_tag(plan.tag, plan.manifest.general.version)
-    # A card for this release or a later one stays: a late re-run never rolls the card back.
     if current == plan.card or (release is not None and release[1] >= ours):
         shown = release[0] if release else plan.tag
-        raise PublishError(f"{where} with this build, and the card on main is current (latest release {shown}): "
-                           "nothing left to do; publish a new version, or pass --force to move it")
+        raise PublishError(f"{where}, and the card on main is current (latest release {shown}): "
+                           f"nothing left to do; {instead}")
     say(f"tag {plan.tag} is already on {sha[:12]} with this build: finishing what an earlier run left undone "
         "(the repo card)")
     _upload_card(api, plan, repo_type, current, say)
     return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded=False)
+
+
+def _add_variants(api, plan: PublishPlan, say: Callable[[str], None]) -> Published:
+    """A plan cut by add_variants.narrow: one commit of its variants on top of `plan.base` (the
+    Hub refuses it if the branch moved since), the tag on it, then the card. Nothing on the
+    branch is deleted or replaced.
+
+    Re-running is safe: the commit's title names the tag, so a run killed after its commit
+    (before the tag) is finished by the next, which finds nothing left to add and that commit
+    on top, and tags it; one killed after the tag writes only the card."""
+    from huggingface_hub import CommitOperationAdd
+    from huggingface_hub.errors import HfHubHTTPError
+
+    repo_type = plan.repo_type or REPO_TYPE
+    where = f"{plan.repo_id}@{plan.branch}"
+    title = f"{plan.manifest.name} {plan.tag}: added variants"
+    refs = _call(lambda: api.list_repo_refs(plan.repo_id, repo_type=repo_type), f"list the refs of {plan.repo_id}", plan.repo_id)
+    tags = {t.name: t.target_commit for t in refs.tags}
+    if plan.tag in tags:
+        exists = f"tag {plan.tag} already exists on {plan.repo_id} (commit {tags[plan.tag][:12]})"
+        if tags[plan.tag] == plan.base and not plan.variants:
+            return _finish_card(api, plan, repo_type, plan.base, f"{exists} with these variants",
+                                "add new variants as a new version", say)
+        raise PublishError(f"{exists}; add the variants as a new version")
+    if plan.variants:
+        say(f"adding {len(plan.variants)} variants ({', '.join(v.name for v in plan.variants)}, {len(plan.uploads)} files, "
+            f"{plan.size / 1e6:.1f} MB) to {where}, beside the {len(plan.kept)} already there")
+        try:
+            sha = api.create_commit(
+                plan.repo_id, [CommitOperationAdd(path_in_repo=u.path_in_repo, path_or_fileobj=str(u.local)) for u in plan.uploads],
+                commit_message=title, commit_description=f"Added: {', '.join(v.name for v in plan.variants)}",
+                repo_type=repo_type, revision=plan.branch, parent_commit=plan.base,
+            ).oid
+        except HfHubHTTPError as e:
+            raise _hub_error(e, f"commit to {where}", plan.repo_id) from None
+    elif _head_title(api, plan, repo_type) == title:
+        sha = plan.base
+        say(f"{where} already holds the variants added for {plan.tag}: tagging it")
+    else:
+        raise PublishError(f"nothing to add: every variant of build/ is on {where} already; "
+                           f"build the missing ones first (`kbuild plan --missing-from {where}`)")
+    _call(lambda: api.create_tag(plan.repo_id, tag=plan.tag, revision=sha, repo_type=repo_type, tag_message=title),
+          f"create tag {plan.tag}", plan.repo_id)
+    say(f"tagged {sha[:12]} as {plan.tag}")
+    _upload_card(api, plan, repo_type, _card_on_main(api, plan, repo_type), say)
+    return Published(plan.repo_id, repo_type, plan.branch, plan.tag, sha, uploaded=bool(plan.variants))
+
+
+def _head_title(api, plan: PublishPlan, repo_type: str) -> str | None:
+    """The title of the commit the plan adds to (the branch's head when it was planned)."""
+    commits = _call(lambda: api.list_repo_commits(plan.repo_id, repo_type=repo_type, revision=plan.base),
+                    f"list the commits of {plan.repo_id}", plan.repo_id)
+    return commits[0].title if commits else None
 
 
 def _is_benchmark_script(path_in_repo: str) -> bool:
@@ -338,7 +416,6 @@ def _holds_build(api, plan: PublishPlan, repo_type: str, sha: str) -> bool:
     scripts are not compared: they are no part of what the tag releases."""
     from huggingface_hub.errors import EntryNotFoundError
     from huggingface_hub.hf_api import RepoFile
-    from huggingface_hub.utils.sha import git_hash, sha_fileobj
 
     try:
         entries = _call(lambda: [e for e in api.list_repo_tree(plan.repo_id, path_in_repo="build", revision=sha,
@@ -347,20 +424,7 @@ def _holds_build(api, plan: PublishPlan, repo_type: str, sha: str) -> bool:
                         f"list the files of {plan.repo_id}@{sha[:12]}", plan.repo_id)
     except EntryNotFoundError:
         return False
-    remote = {e.path: e for e in entries}
-    if set(remote) != {u.path_in_repo for u in plan.build_uploads}:
-        return False
-    for upload in plan.build_uploads:
-        entry = remote[upload.path_in_repo]
-        if entry.size != upload.size:
-            return False
-        if entry.lfs is not None:
-            with open(upload.local, "rb") as f:
-                if sha_fileobj(f).hex() != entry.lfs.sha256:
-                    return False
-        elif git_hash(upload.local.read_bytes()) != entry.blob_id:
-            return False
-    return True
+    return same_files(plan.build_uploads, {e.path: e for e in entries})
 
 
 def _card_on_main(api, plan: PublishPlan, repo_type: str) -> str | None:
@@ -406,7 +470,7 @@ def _create_repo(api, repo_id: str, private: bool, say: Callable[[str], None]) -
         status = e.response.status_code if e.response is not None else None
         if status not in (400, 404, 422):
             raise _hub_error(e, f"create {repo_id}", repo_id) from None
-        say(f"warning: the Hub rejected repo type '{REPO_TYPE}' ({_hub_message(e)}); publishing {repo_id} as a model repo")
+        say(f"warning: the Hub rejected repo type '{REPO_TYPE}' ({hub_message(e)}); publishing {repo_id} as a model repo")
     _call(lambda: api.create_repo(repo_id, repo_type=FALLBACK_REPO_TYPE, private=private, exist_ok=True), f"create {repo_id}", repo_id)
     return FALLBACK_REPO_TYPE
 
@@ -420,16 +484,8 @@ def _branch_files(api, repo_id: str, repo_type: str, branch: str) -> set[str]:
 
 
 def _call(action, doing: str, repo_id: str):
-    """`action()`, with the Hub's refusal as one line; a missing file (EntryNotFoundError)
-    passes through for callers to which that is an answer."""
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
-
-    try:
-        return action()
-    except EntryNotFoundError:
-        raise
-    except HfHubHTTPError as e:
-        raise _hub_error(e, doing, repo_id) from None
+    """hub_variants.call, with a refusal as a PublishError (a 403 says the token cannot write)."""
+    return call(action, doing, repo_id, _hub_error)
 
 
 def _hub_error(error, doing: str, repo_id: str) -> PublishError:
@@ -437,19 +493,6 @@ def _hub_error(error, doing: str, repo_id: str) -> PublishError:
     read token, or a fine-grained one without this repo): say that, not a request id."""
     status = error.response.status_code if error.response is not None else None
     if status == 403:
-        return PublishError(f"this token cannot write to {repo_id} ({_hub_message(error)}); use a token with "
+        return PublishError(f"this token cannot write to {repo_id} ({hub_message(error)}); use a token with "
                             "write access to it (HF_TOKEN, or `hf auth login`)")
-    return PublishError(f"cannot {doing}: {_hub_message(error)}")
-
-
-def _hub_message(error) -> str:
-    """What the Hub said (its X-Error-Message / error body), else the error's first real line:
-    huggingface_hub puts '(Request ID: ...)' first, which says nothing about the cause."""
-    server = (getattr(error, "server_message", None) or "").strip()
-    if server:
-        return server.splitlines()[0]
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith("(Request ID:")]
-    return (useful or lines or [type(error).__name__])[0]
-
-
+    return PublishError(f"cannot {doing}: {hub_message(error)}")

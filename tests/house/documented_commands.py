@@ -117,6 +117,9 @@ RUN_BY_TESTS = {
         "tests/publish/test_publish.py::test_round_trip_publish_then_kernels_get_kernel_runs_it",
     "kbuild publish relu --tag v1.0.1 --repo-id kernels-community/relu":
         "tests/publish/test_publish.py::test_a_missing_or_wrong_token_is_one_clear_line",
+    "kbuild publish relu --add-variants --tag v1.1.0 --repo-id kernels-community/relu":
+        "tests/publish/test_add_variants.py::"
+        "test_add_variants_adds_the_missing_variant_and_leaves_the_released_one_byte_identical",
     "python -c 'import kernels, torch; relu = kernels.get_kernel('\"'\"'kernels-community/relu'\"'\"', version=1, "
     "backend='\"'\"'cpu'\"'\"'); print(relu.relu(torch.tensor([-1.0, 2.0])))'":
         "tests/publish/test_publish.py::test_round_trip_publish_then_kernels_get_kernel_runs_it",
