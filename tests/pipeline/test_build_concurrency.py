@@ -74,6 +74,20 @@ class BuildProcesses:
         # A zombie has exited (its files and locks are closed); an orphan's new parent may be slow to reap it.
         return {pid: name for pid, (state, _, session, name) in table.items() if session in self.sessions and state != "Z"}
 
+    def compiling(self, source: str) -> bool:
+        """Whether a compiler of the build is compiling `source` (a file name): not CMake's
+        configure-time checks, whose compilers exit in milliseconds."""
+        for pid, name in self.running().items():
+            if name != "cc1plus":
+                continue
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue  # exited meanwhile
+            if any(arg.decode(errors="replace").endswith(source) for arg in argv):
+                return True
+        return False
+
     def kill(self) -> None:
         """SIGKILL every process of the build at once, compilers included."""
         for pid in self.running():
@@ -130,9 +144,9 @@ def test_sigkill_mid_compile_keeps_the_previous_variant_and_the_next_build_succe
     build = start_build(tiny)
     processes = BuildProcesses(build)
     deadline = time.monotonic() + 300
-    while "cc1plus" not in processes.running().values():
+    while not processes.compiling("add.cpp"):
         assert build.poll() is None, build.communicate()
-        assert time.monotonic() < deadline, "the compiler never started"
+        assert time.monotonic() < deadline, "the compiler never started on add.cpp"
         time.sleep(0.02)
     processes.kill()
     build.communicate()
@@ -174,13 +188,13 @@ def test_compilers_left_running_by_a_killed_build_hold_its_locks(tiny):
     build = start_build(tiny)
     processes = BuildProcesses(build)
     deadline = time.monotonic() + 300
-    while "cc1plus" not in processes.running().values():
+    while not processes.compiling("add.cpp"):
         assert build.poll() is None, build.communicate()
-        assert time.monotonic() < deadline, "the compiler never started"
+        assert time.monotonic() < deadline, "the compiler never started on add.cpp"
         time.sleep(0.02)
     os.kill(build.pid, signal.SIGKILL)  # kbuild alone; cmake, ninja and the compiler live on
     build.communicate()
-    assert "cc1plus" in processes.running().values()
+    assert processes.compiling("add.cpp")
 
     result = kbuild("build", str(tiny), NO_CACHE, check=True)
     assert "waiting for another kbuild build" in result.stderr
