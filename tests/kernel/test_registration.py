@@ -124,3 +124,13 @@ def test_a_flag_in_build_toml_changes_the_commands_of_its_unit_and_the_binding_o
     changed = {Path(f).relative_to(root).as_posix() for f in before if before[f] != after[f]}
     assert changed == {"torch-ext/torch_binding.cpp", "layer_norm_cpu/layer_norm_cpu.cpp", "layer_norm_cpu/huge_pages.cpp"}
     assert len(before) == 6 and before.keys() == after.keys()
+
+
+def test_every_source_finds_headers_in_the_repos_csrc_as_with_kernel_builder(tmp_path):
+    """kernel-builder's extension target has csrc/ on every source's include path; deep-gemm's
+    binding relies on it (torch_binding.h includes "utils/torch_compat.hpp" from csrc/)."""
+    optional_module("torch")
+    root = copy_example("layer-norm", tmp_path)
+    spec = CpuBackend().compile_spec(cpu_job(root, "abc1234"))
+    assert str(root / "csrc") in spec.includes
+    assert spec.includes.index(str(root)) < spec.includes.index(str(root / "csrc"))  # the root is searched first

@@ -148,9 +148,13 @@ def torch_definitions(macro: str, env: BuildEnv) -> tuple[str, ...]:
 
 
 def torch_includes(manifest: Manifest, env: BuildEnv, work_dir) -> tuple[str, ...]:
+    """Every source's include folders. kernel-builder puts the repo's csrc/ on every source's
+    path (its extension target's `target_include_directories(... csrc ...)`), and kernels rely
+    on it: deep-gemm's torch-ext/torch_binding.h includes "utils/torch_compat.hpp" from csrc/."""
     return (
         str(generated_include_dir(work_dir)),
         str(manifest.root),
+        str(manifest.root / "csrc"),
         *env.include_dirs,
         env.python_include,
     )
