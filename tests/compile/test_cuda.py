@@ -170,6 +170,21 @@ def test_a_build_without_the_toolkit_names_the_compiler_wheel_route(tmp_path):
 
 
 @needs_nvcc
+@needs_nvcc
+@pytest.mark.e2e
+@pytest.mark.cuda
+def test_half_converts_to_float_as_with_kernel_builder(tmp_path):
+    """kernel-builder drops torch's -D__CUDA_NO_HALF_CONVERSIONS__ and friends for CUDA >= 11.8
+    and adds -DENABLE_FP8; kernels-community code converts __half to float implicitly
+    (punica-sgmv, nvfp4-gemm), which compiles with kbuild's flags too."""
+    source = tmp_path / "half.cu"
+    source.write_text('#include <cuda_fp16.h>\n__device__ float widen(__half h) { return h; }\n'
+                      '#ifndef ENABLE_FP8\n#error ENABLE_FP8 is not defined\n#endif\n')
+    done = subprocess.run([NVCC, *cuda.NVCC_FLAGS, *gencode_flags(["9.0"]), "-c", str(source), "-o", str(tmp_path / "half.o")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
 def test_nvcc_lists_its_architectures():
     archs = nvcc_architectures(NVCC)
     assert {"8.0", "9.0"} <= archs and all(a.count(".") == 1 for a in archs)

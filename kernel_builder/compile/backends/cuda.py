@@ -133,16 +133,16 @@ _DEFAULT_CAPABILITIES: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
     ((0, 0), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0")),
 )
 
-# What torch's own extension builder passes to nvcc; kernels written for it rely on
-# these (half/bfloat16 operators come from c10, not from cuda_fp16.h).
+# kernel-builder's nvcc flags (its get_torch_gpu_compiler_flags): torch's COMMON_NVCC_FLAGS
+# with, for CUDA >= 11.8 (every toolkit kbuild builds with), -DENABLE_FP8 added and torch's
+# -D__CUDA_NO_HALF_OPERATORS__, _HALF_CONVERSIONS__, _BFLOAT16_CONVERSIONS__ and
+# _HALF2_OPERATORS__ removed: kernels-community relies on cuda_fp16.h's own half<->float
+# conversions (punica-sgmv, nvfp4-gemm fail to compile without them).
 NVCC_FLAGS = (
     "-O3",
     "--expt-relaxed-constexpr",
     "--expt-extended-lambda",
-    "-D__CUDA_NO_HALF_OPERATORS__",
-    "-D__CUDA_NO_HALF_CONVERSIONS__",
-    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
-    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "-DENABLE_FP8",
 )
 
 
