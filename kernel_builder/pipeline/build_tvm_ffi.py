@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import subprocess
 import time
@@ -39,6 +38,7 @@ from kernel_builder.pipeline.report import BuildReport
 from kernel_builder.runners.result import BUILT, FAILED, SKIPPED, UP_TO_DATE, JobResult
 from kernel_builder.runtime.digest import hash_variant
 from kernel_builder.runtime.loader import STAGING_PREFIX
+from kernel_builder.runtime.system import host_platform
 
 # Why a backend's tvm-ffi variant is not built here (kernel-builder builds them with its toolchains).
 SKIPPED_BACKENDS = {
@@ -63,8 +63,8 @@ def variant_name(toolchain: TvmFfiToolchain, backend: str, nvcc: Nvcc | None = N
     carries nvcc's release (cu130); without nvcc the name says `cuda` (the variant is skipped)."""
     major, minor = toolchain.major_minor
     compute = f"cu{nvcc.version[0]}{nvcc.version[1]}" if backend == "cuda" and nvcc else backend
-    cpu = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
-    return f"tvm-ffi{major}{minor}-{compute}-{cpu}-{platform.system().lower()}"
+    arch, os_name = host_platform()
+    return f"tvm-ffi{major}{minor}-{compute}-{arch}-{os_name}"
 
 
 def build_tvm_ffi(

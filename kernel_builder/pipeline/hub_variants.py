@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.hub_names import repo_id_problem
+from kernel_builder.runtime.hub import REPO_TYPES
 from kernel_builder.variants import try_parse
 
-# The repo type kbuild publishes kernels as, and the one it falls back to on a Hub without it.
-REPO_TYPE = "kernel"
-FALLBACK_REPO_TYPE = "model"
+# The repo type kbuild publishes kernels as, and the one it falls back to on a Hub without it
+# (the order the runtime looks them up in).
+REPO_TYPE, FALLBACK_REPO_TYPE = REPO_TYPES
 _RELEASE_REF_RE = re.compile(r"^(?P<repo>[^@\s]+)@v(?P<major>\d+)$")
 
 
