@@ -82,6 +82,9 @@ class BuildEnv:
     cuda: str | None = None
     hip: str | None = None
     xpu: str | None = None
+    # Another architecture's torch (a cross build's, kernel_builder.environments.cross_env):
+    # its files are read, its `python` (an emulated interpreter) is run only to import.
+    arch: str | None = None
 
     @property
     def torch(self) -> tuple[int, int]:

@@ -8,6 +8,8 @@ one per EnvSpec key:
     <root>/torch214-cu130/kbuild-env.json   the marker, written last: what was asked, what came
     <root>/torch214-cu130.log               pip's output, outside the venv so a failure keeps it
     <root>/torch214-cu130.lock              flock held while checking and creating
+    <root>/torch214-cpu-aarch64/            another architecture's torch, for cross builds
+                                            (kernel_builder.environments.cross_env)
 
 A folder without the marker is a creation that was killed half-way: it is never used,
 the next creation replaces it and `prune` always removes it.
@@ -30,19 +32,20 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from kernel_builder.paths import cache_dir
-from kernel_builder.environments import download_cost, pip_run
+from kernel_builder.environments import cross_env, download_cost, pip_run
 from kernel_builder.environments.probe import BuildEnv, probe_env
 from kernel_builder.errors import EnvironmentCreateError, EnvironmentProbeError, KbuildError, VariantError
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.redaction import mask_credentials
 from kernel_builder.settings import read_environment
 from kernel_builder.backend_facts import ALL as ALL_FACTS, FALLBACK, label, parse_compute, version_pair
+from kernel_builder.environments.cross_target import TARGETS, target_for
 from kernel_builder.variants import Variant, try_parse, xpu_version
 
 MARKER = "kbuild-env.json"
 PROBE_FILE = "kbuild-probe.json"  # what the environment's torch is (environments.probe)
 _LAST_USED = ".kbuild-last-used"  # its mtime is the last time kbuild handed the env out
-_KEY_RE = re.compile(r"^torch(\d)(\d+)-([a-z0-9]+)$")
+_KEY_RE = re.compile(r"^torch(\d)(\d+)-([a-z0-9]+)(?:-(%s))?$" % "|".join(TARGETS))
 # Variants of these computes compile against any torch flavour of the right version
 # (a CPU extension builds fine against a CUDA torch; macOS has one flavour only).
 _ANY_FLAVOUR = tuple(f.name for f in ALL_FACTS if f.compiled and not f.versioned)
@@ -67,10 +70,12 @@ def describe_compute(compute: str) -> str:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What a build environment must have: torch major.minor and its compute flavour."""
+    """What a build environment must have: torch major.minor and its compute flavour, and
+    `arch` for another architecture's torch (a cross build's; None: this machine's)."""
 
     torch: tuple[int, int]
     compute: str
+    arch: str | None = None
 
     def __post_init__(self) -> None:
         if parse_compute(self.compute) is None:
@@ -78,14 +83,15 @@ class EnvSpec:
 
     @property
     def key(self) -> str:
-        """The folder name: torch214-cu130."""
-        return f"torch{self.torch[0]}{self.torch[1]}-{self.compute}"
+        """The folder name: torch214-cu130, torch214-cpu-aarch64."""
+        return f"torch{self.torch[0]}{self.torch[1]}-{self.compute}" + (f"-{self.arch}" if self.arch else "")
 
     @classmethod
     def for_variant(cls, variant: Variant) -> "EnvSpec":
         if variant.torch is None:
             raise VariantError(f"{variant.name} is pure Python: it needs no build environment")
-        return cls(variant.torch, variant.compute)
+        target = target_for(variant.platform)
+        return cls(variant.torch, variant.compute, target.arch if target else None)
 
     @classmethod
     def from_key(cls, key: str) -> "EnvSpec | None":
@@ -93,7 +99,7 @@ class EnvSpec:
         m = _KEY_RE.match(key)
         if not m or parse_compute(m.group(3)) is None:
             return None
-        return cls((int(m.group(1)), int(m.group(2))), m.group(3))
+        return cls((int(m.group(1)), int(m.group(2))), m.group(3), m.group(4))
 
     @classmethod
     def parse(cls, name: str) -> "EnvSpec":
@@ -110,13 +116,14 @@ class EnvSpec:
         return cls.for_variant(variant)
 
     def satisfied_by(self, env: BuildEnv) -> bool:
-        if env.torch != self.torch:
+        if env.torch != self.torch or env.arch != self.arch:
             return False
         return self.compute in _ANY_FLAVOUR or compute_tag(env) == self.compute
 
     def describe(self) -> str:
-        """'torch 2.14 (CUDA 13.0)'."""
-        return f"torch {self.torch[0]}.{self.torch[1]} ({describe_compute(self.compute)})"
+        """'torch 2.14 (CUDA 13.0)', 'torch 2.14 (CPU) for aarch64'."""
+        text = f"torch {self.torch[0]}.{self.torch[1]} ({describe_compute(self.compute)})"
+        return f"{text} for {self.arch}" if self.arch else text
 
 
 # -- where torch comes from -----------------------------------------------------------
@@ -165,6 +172,9 @@ def _python(path: Path) -> Path:
 def _usable(path: Path, spec: EnvSpec) -> BuildEnv | None:
     if not (path / MARKER).is_file():
         return None  # being created, or its creation was killed
+    if spec.arch:  # another architecture's torch: read, never run
+        env = cross_env.read_env(path)
+        return env if env is not None and spec.satisfied_by(env) else None
     try:
         env = probe_env(_python(path), path / PROBE_FILE)  # cached: two stat calls once probed
     except EnvironmentProbeError:
@@ -178,7 +188,8 @@ def find_env(spec: EnvSpec) -> BuildEnv | None:
     keys = [spec.key]
     if spec.compute in _ANY_FLAVOUR:
         prefix = f"torch{spec.torch[0]}{spec.torch[1]}-"
-        keys += sorted(p.name for p in root.iterdir() if p.name.startswith(prefix) and p.is_dir() and p.name != spec.key)
+        keys += sorted(p.name for p in root.iterdir() if p.name.startswith(prefix) and p.is_dir() and p.name != spec.key
+                       and getattr(EnvSpec.from_key(p.name), "arch", None) == spec.arch)
     for key in keys:
         env = _usable(root / key, spec)
         if env is not None:
@@ -221,6 +232,8 @@ def ensure_env(
 def _create(
     spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], None], progress: Callable[[str], None] | None,
 ) -> BuildEnv:
+    if spec.arch:
+        return cross_env.create(spec, path, index, say, progress, remove=_remove)
     requirement, url = pip_request(spec, index)
     source = mask_credentials(url) if url else "pip's configured index"
     log = path.with_name(f"{spec.key}.log")
@@ -343,6 +356,8 @@ def _dry_run(spec: EnvSpec, url: str | None, cached_only: bool = False) -> tuple
 def creation_cost(spec: EnvSpec, index: str | None = None, cached_only: bool = False) -> download_cost.DownloadCost | None:
     """What creating spec's environment downloads, with sizes; None when pip cannot tell
     (or, with `cached_only`, has not been asked yet)."""
+    if spec.arch:
+        return cross_env.creation_cost(spec, index, cached_only)
     downloads = _dry_run(spec, pip_request(spec, index)[1], cached_only)
     return None if downloads is None else download_cost.cost(downloads)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from kernel_builder.compile.backends import Unavailable, get_backend
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.kernel.manifest import Manifest
+from kernel_builder.environments.cross_target import Route, route
 from kernel_builder.runtime.system import host_platform
 from kernel_builder.variants import Kind, Variant
 
@@ -22,7 +23,8 @@ def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) ->
         if reason:
             return reason
     here = "-".join(host_platform())
-    if variant.platform is not None and variant.platform != here:
+    found = route(variant.platform)
+    if found is None:
         return f"needs platform {variant.platform} (this machine is {here})"
     reason = torch_bounds_reason(manifest, variant.torch)
     if reason:
@@ -30,6 +32,8 @@ def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) ->
     if variant.kind is Kind.NOARCH:
         return None  # pure Python: nothing to compile
     backend = get_backend(variant.backend)
+    if found is Route.CROSS and not backend.cross_compiles:
+        return f"needs platform {variant.platform} (this machine is {here}; kbuild cross-compiles only CPU variants for it)"
     if chooser.primary_builds(variant):
         target = backend.target(manifest, chooser.primary)
         if isinstance(target, Unavailable):

@@ -25,6 +25,7 @@ from kernel_builder.compile.compiler_cache import launcher_settings
 from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.environments.choice import EnvChooser
+from kernel_builder.environments.cross_env import runnable_python
 from kernel_builder.errors import BuildError, Interrupted, KbuildError
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.kernel.sources import input_hash
@@ -117,9 +118,12 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
                     return result("up-to-date", FROM_OUTPUT_CACHE)
         with ExitStack() as held:
             prepared = None
+            python = job.env.python
             if settings.import_check and job.compiled:
+                # Another architecture's variant imports in its emulated Python, made on first need.
+                python = runnable_python(job.env, chooser.say, doing)
                 # torch is imported for the check while the compiler runs (import_process).
-                prepared = held.enter_context(ImportProcess(job.env.python))
+                prepared = held.enter_context(ImportProcess(python))
             library = None
             if job.compiled:
                 logged = True
@@ -131,7 +135,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             progress.step(label, "check")
             report = check_variant(
                 staging, import_check=settings.import_check, strict_abi=settings.strict_abi,
-                variant=job.variant, python=job.env.python, prepared=prepared,
+                variant=job.variant, python=python, prepared=prepared,
             )
         checks = report.results
         if not report.ok:

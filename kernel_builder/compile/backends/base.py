@@ -56,6 +56,9 @@ class Backend(ABC):
     tool: ClassVar[str]  # its compiler, as `kbuild doctor` names it when it is missing
     install: ClassVar[str]  # what to install when the compiler is missing or does not fit
     compiles: ClassVar[bool] = True  # False: a noarch-only backend (tpu, neuron, cann)
+    # Whether it builds variants for another architecture than this machine's
+    # (kernel_builder.environments.cross_target): its compile_spec picks the cross compiler.
+    cross_compiles: ClassVar[bool] = False
 
     @abstractmethod
     def target(self, manifest: "Manifest | None", env: "BuildEnv") -> Variant | Unavailable:

@@ -1,0 +1,142 @@
+"""An emulated Python of another architecture, for the import check and `kbuild test` of
+cross-built variants (kernel_builder.environments.cross_target): Debian bookworm's python3.11
+for the target, run by qemu's user-mode emulator. Slow (torch's import takes tens of seconds
+to minutes); `--no-import-check` skips it, and nothing else needs it.
+
+The root is unpacked once per architecture into the store, beside the build environments:
+
+    <root>/debian-bookworm-arm64/      python3.11 and the libraries it loads (glibc, libstdc++)
+    <root>/debian-bookworm-arm64.json  the marker, written last
+
+`debootstrap --foreign` fetches bookworm's minimal package set plus python3.11 and unpacks
+what it needs; the remaining packages are unpacked with `dpkg-deb -x`, so no package script
+ever runs under emulation (a full second stage takes many minutes). Each environment's
+interpreter is a launcher script (`write_launcher`) that runs the root's python3.11 under
+qemu with the root as its library prefix, as a virtual environment whose site-packages name
+the target wheels' folders: it needs no binfmt_misc registration, and runs as it is inside
+other processes and containers, where its sys.executable (the launcher) starts children.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from kernel_builder.environments.cross_target import CrossTarget, emulator_missing
+from kernel_builder.errors import EnvironmentCreateError, KbuildError
+from kernel_builder.file_lock import exclusive_lock
+
+SUITE = "bookworm"
+PYTHON = "3.11"  # bookworm's
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = (f"python{PYTHON}",)
+_DEBOOTSTRAP_TIMEOUT_S = 1800
+
+
+def _store() -> Path:
+    from kernel_builder.environments.store import envs_root  # the store imports this module's users
+
+    return envs_root()
+
+
+def root_path(target: CrossTarget) -> Path:
+    return _store() / f"debian-{SUITE}-{target.debian_arch}"
+
+
+def _marker(target: CrossTarget) -> Path:
+    return root_path(target).with_name(root_path(target).name + ".json")
+
+
+def ready(target: CrossTarget) -> bool:
+    return _marker(target).is_file() and (root_path(target) / "usr" / "bin" / f"python{PYTHON}").is_file()
+
+
+def missing_reason(target: CrossTarget) -> str | None:
+    """Why the emulated Python cannot be made or run here, with what to do, or None."""
+    reason = emulator_missing(target)
+    if reason or ready(target):
+        return reason
+    if shutil.which("debootstrap") is None:
+        return f"no debootstrap to make the {target.arch} Python root: apt-get install debootstrap (or build with --no-import-check)"
+    if os.geteuid() != 0:
+        return (f"the {target.arch} Python root is unpacked by debootstrap, which needs root: run this once as root "
+                "(or build with --no-import-check)")
+    return None
+
+
+def ensure(target: CrossTarget, say: Callable[[str], None] = lambda line: None,
+           progress: Callable[[str], None] | None = None) -> Path:
+    """The root, unpacked on first use; KbuildError (one line, what to install) when it cannot be."""
+    path = root_path(target)
+    with exclusive_lock(path.with_name(path.name + ".lock")):
+        if ready(target):
+            return path
+        reason = missing_reason(target)
+        if reason:
+            raise KbuildError(reason)
+        say(f"unpacking Debian {SUITE}'s {target.debian_arch} python{PYTHON} for the emulated import check and tests "
+            f"(first time only): debootstrap --foreign --arch={target.debian_arch} --variant=minbase — about 40 MB to download")
+        shutil.rmtree(path, ignore_errors=True)
+        log = path.with_name(path.name + ".log")
+        command = ["debootstrap", "--foreign", f"--arch={target.debian_arch}", "--variant=minbase",
+                   f"--include={','.join(PACKAGES)}", SUITE, str(path), MIRROR]
+        if progress:
+            progress(f"debootstrap {SUITE} {target.debian_arch}")
+        try:
+            with log.open("w") as out:
+                out.write(f"$ {shlex.join(command)}\n")
+                out.flush()
+                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=_DEBOOTSTRAP_TIMEOUT_S, check=False)
+            if done.returncode != 0:
+                raise EnvironmentCreateError(f"debootstrap of the {target.arch} Python root failed; log: {log}")
+            _unpack_rest(path, log)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            shutil.rmtree(path, ignore_errors=True)
+            raise EnvironmentCreateError(f"cannot make the {target.arch} Python root: {e}; log: {log}") from None
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        _marker(target).write_text(json.dumps({"suite": SUITE, "arch": target.debian_arch, "packages": list(PACKAGES),
+                                               "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}) + "\n")
+    return path
+
+
+def _unpack_rest(path: Path, log: Path) -> None:
+    """Every package debootstrap fetched but left for its second stage, unpacked as files."""
+    archives = path / "var" / "cache" / "apt" / "archives"
+    with log.open("a") as out:
+        for deb in sorted(archives.glob("*.deb")):
+            done = subprocess.run(["dpkg-deb", "-x", str(deb), str(path)], stdout=out, stderr=subprocess.STDOUT, check=False)
+            if done.returncode != 0:
+                raise EnvironmentCreateError(f"dpkg-deb -x {deb.name} failed; log: {log}")
+            deb.unlink()
+
+
+def write_launcher(target: CrossTarget, root: Path, launcher: Path, site_dirs: list[Path]) -> None:
+    """`launcher` (ENV/bin/python): a script running the root's python under qemu as a virtual
+    environment (ENV/pyvenv.cfg) whose site-packages hold a .pth naming `site_dirs`. qemu's
+    -0 gives Python the launcher as its argv[0], so it finds the venv and makes the launcher
+    its sys.executable; -L resolves the dynamic loader and libraries inside the root."""
+    env = launcher.parent.parent
+    qemu = shutil.which(target.qemu) or target.qemu
+    python = root / "usr" / "bin" / f"python{PYTHON}"
+    launcher.parent.mkdir(parents=True, exist_ok=True)
+    (env / "pyvenv.cfg").write_text(f"home = {python.parent}\ninclude-system-site-packages = false\nversion = {PYTHON}\n")
+    site = env / "lib" / f"python{PYTHON}" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "_kbuild_target_wheels.pth").write_text("".join(f"{d}\n" for d in site_dirs))
+    script = (
+        "#!/bin/sh\n"
+        f"# kbuild: {target.arch} Python {PYTHON} under qemu user-mode emulation (slow).\n"
+        f"exec {shlex.quote(qemu)} -L {shlex.quote(str(root))} -0 \"$0\" {shlex.quote(str(python))} \"$@\"\n"
+    )
+    tmp = launcher.with_name(launcher.name + ".tmp")
+    tmp.write_text(script)
+    tmp.chmod(0o755)
+    tmp.replace(launcher)
