@@ -118,12 +118,42 @@ def _unpack_rest(path: Path, log: Path) -> None:
             deb.unlink()
 
 
+# What an aarch64 kernel shows of its CPUs and qemu's user mode does not emulate: torch's CPU
+# probes (cpuinfo, oneDNN's xbyak_aarch64) read them at import and crash on an x86 host's.
+# With -L, qemu opens a path under the root first, so the root's files stand in for the host's.
+# A Neoverse N1 (ARMv8.2, no SVE): kernels for what every aarch64 server has.
+_CPU = ("BogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid "
+        "asimdrdm lrcpc dcpop asimddp\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\n"
+        "CPU part\t: 0xd0c\nCPU revision\t: 1\n")
+_MIDR = "0x00000000413fd0c1\n"
+
+
+def _host_cpus() -> int:
+    """How many CPUs this machine's /sys says are possible (what torch counts under qemu)."""
+    try:
+        return int(Path("/sys/devices/system/cpu/possible").read_text().strip().split(",")[-1].split("-")[-1]) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def describe_cpus(root: Path) -> None:
+    """The root's /proc/cpuinfo and each CPU's MIDR_EL1 in /sys, for this machine's CPU count."""
+    count = _host_cpus()
+    (root / "proc").mkdir(exist_ok=True)
+    (root / "proc" / "cpuinfo").write_text("".join(f"processor\t: {i}\n{_CPU}\n" for i in range(count)))
+    for i in range(count):
+        folder = root / "sys" / "devices" / "system" / "cpu" / f"cpu{i}" / "regs" / "identification"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "midr_el1").write_text(_MIDR)
+
+
 def write_launcher(target: CrossTarget, root: Path, launcher: Path, site_dirs: list[Path]) -> None:
     """`launcher` (ENV/bin/python): a script running the root's python under qemu as a virtual
     environment (ENV/pyvenv.cfg) whose site-packages hold a .pth naming `site_dirs`. qemu's
     -0 gives Python the launcher as its argv[0], so it finds the venv and makes the launcher
     its sys.executable; -L resolves the dynamic loader and libraries inside the root."""
     env = launcher.parent.parent
+    describe_cpus(root)  # this machine's CPU count: a store can move between machines
     qemu = shutil.which(target.qemu) or target.qemu
     python = root / "usr" / "bin" / f"python{PYTHON}"
     launcher.parent.mkdir(parents=True, exist_ok=True)
