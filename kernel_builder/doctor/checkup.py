@@ -263,6 +263,7 @@ class PlatformFinding:
 
 def other_platforms() -> tuple[PlatformFinding, ...]:
     from kernel_builder.environments import cross_target, emulation_root
+    from kernel_builder.environments.store import envs_root
 
     here = "-".join(host_platform())
     found = []
@@ -271,7 +272,7 @@ def other_platforms() -> tuple[PlatformFinding, ...]:
         if target is None:
             found.append(PlatformFinding(name, cross_target.describe_route(name), False))
             continue
-        missing = tuple(r for r in (cross_target.compiler_missing(target), emulation_root.missing_reason(target)) if r)
+        missing = tuple(r for r in (cross_target.compiler_missing(target), emulation_root.missing_reason(target, envs_root())) if r)
         packages = tuple(p for p, tool in ((target.compiler_package, cross_target.cross_compiler(target)),
                                            (target.emulator_package, cross_target.emulator(target))) if tool is None)
         found.append(PlatformFinding(
