@@ -145,3 +145,17 @@ def test_plan_says_the_cross_route_of_each_aarch64_cpu_variant_and_refuses_its_c
     assert "cross (aarch64-linux-gnu-g++; import check and tests under qemu-aarch64-static emulation, slow)" in cpu["environment"]
     cuda = rows["torch214-cxx11-cu130-aarch64-linux"]
     assert not cuda["buildable"] and "needs platform aarch64-linux" in cuda["reason"]
+
+
+def test_plan_says_when_only_the_emulator_is_missing(tmp_path, monkeypatch, host):
+    host("x86_64")
+    compiler = tmp_path / "aarch64-linux-gnu-g++"
+    compiler.write_text("#!/bin/sh\nexit 0\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # the cross compiler, no qemu
+    result = kbuild_in_process("plan", str(EXAMPLES / "swiglu"), "--matrix", "arch=aarch64 os=linux backend=cpu torch=2.14", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["buildable"], row  # it builds; only its import check and tests need qemu
+    assert row["environment"].endswith(
+        f"; no aarch64 emulator (qemu-aarch64-static) for the import check and tests: {APT} (or build with --no-import-check)")
