@@ -207,6 +207,8 @@ def _print_build_report(console, report) -> None:
 
 def plan(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
+    variant: Optional[List[str]] = typer.Option(
+        None, "--variant", "-V", help="Plan exactly this variant (repeatable), as `kbuild build --variant` builds it."),
     matrix: Optional[str] = MATRIX_OPTION,
     shard: Optional[str] = SHARD_OPTION,
     variant_names: Optional[str] = VARIANT_NAMES_OPTION,
@@ -225,7 +227,8 @@ def plan(
     from kernel_builder.pipeline.options import BuildOptions
     from kernel_builder.pipeline.plan_assembly import plan_table
 
-    options = BuildOptions(matrix=matrix, shard=shard, variant_names=variant_names, env=env, create_env=create_env)
+    options = BuildOptions(variants=tuple(variant or ()), matrix=matrix, shard=shard, variant_names=variant_names,
+                           env=env, create_env=create_env)
     table = plan_table(kernel_dir, options, missing_from, with_input_ids)
     if as_json:
         print_json(table.rows)
