@@ -51,6 +51,7 @@ __all__ = [
     "cache_key",
     "check_complete",
     "job_matrices",
+    "latest_of",
     "matrices_from_plan",
     "next_tag",
     "render_workflow",

