@@ -56,6 +56,12 @@ def github(
         "build, test and publish exactly the variants the release branch lacks (`kbuild plan --missing-from`, "
         "`kbuild publish --add-variants` under the next patch tag).",
     ),
+    output_cache: Optional[str] = typer.Option(
+        None, "--output-cache", metavar="URL",
+        help="Keep the build jobs' output cache in this store instead of the GitHub Actions cache: s3://BUCKET/PREFIX "
+        "(secrets AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; variables AWS_REGION, AWS_ENDPOINT_URL) or "
+        "hf://datasets/ORG/NAME/PREFIX (secret HF_TOKEN).",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing workflow."),
 ) -> None:
     """Write .github/workflows/kbuild.yml: plan; build each variant on the GitHub runner (`kbuild build --runner local`, one sccache cache shared through --shared-cache, default gha, and an output cache keyed by each variant's input id: what was built is never compiled again), or with --shared-cache none in kbuild's build images (`--runner docker`); aarch64 variants on the arm64 runner; test each CPU variant with `kbuild test`; publish tags v*.*.*."""
@@ -64,7 +70,8 @@ def github(
     from kernel_builder.scaffold.ci_github import WorkflowOptions, write_github_workflow
 
     options = WorkflowOptions.from_flags(matrix, shards, install, gpu_runner or (), build_timeout, shared_cache,
-                                         sign=not no_sign, arm_runner=arm_runner, refresh=refresh)
+                                         sign=not no_sign, arm_runner=arm_runner, refresh=refresh,
+                                         output_cache=output_cache)
     path, notes = write_github_workflow(kernel_dir, options, force=force)
     console = _console()
     console.print(f"wrote {escape(str(path))}")

@@ -89,6 +89,18 @@ SHARED_CACHES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 DEFAULT_SHARED_CACHE = "gha"
 
+# --output-cache URL: an output cache store instead of the Actions cache, by URL scheme: the
+# fsspec backend its build jobs install, and their environment for it (secrets and variables).
+OUTPUT_STORES: dict[str, tuple[str | None, tuple[tuple[str, str], ...]]] = {
+    "s3": ("s3fs", (
+        ("AWS_ACCESS_KEY_ID", "${{ secrets.AWS_ACCESS_KEY_ID }}"),
+        ("AWS_SECRET_ACCESS_KEY", "${{ secrets.AWS_SECRET_ACCESS_KEY }}"),
+        ("AWS_REGION", "${{ vars.AWS_REGION }}"),
+        ("AWS_ENDPOINT_URL", "${{ vars.AWS_ENDPOINT_URL }}"),  # S3-compatible stores (MinIO, R2); empty for AWS
+    )),
+    "hf": (None, (("HF_TOKEN", "${{ secrets.HF_TOKEN }}"),)),  # HfFileSystem comes with huggingface_hub
+}
+
 
 @dataclass(frozen=True)
 class WorkflowOptions:
@@ -103,13 +115,14 @@ class WorkflowOptions:
     sign: bool = True  # the publish job signs each variant keylessly (docs/guides/signing.md)
     arm_runner: str = DEFAULT_ARM_RUNNER  # the runs-on label of aarch64 build and test jobs
     refresh: str | None = None  # a REFRESH_SCHEDULES name: write the scheduled refresh workflow
+    output_cache: str | None = None  # an OUTPUT_STORES URL (None: the GitHub Actions cache)
 
     @classmethod
     def from_flags(
         cls, matrix: str | None = None, shards: int | None = None, install: str | None = None,
         gpu_runner: Sequence[str] = (), build_timeout: int = DEFAULT_BUILD_TIMEOUT,
         shared_cache: str = DEFAULT_SHARED_CACHE, sign: bool = True, arm_runner: str = DEFAULT_ARM_RUNNER,
-        refresh: str | None = None,
+        refresh: str | None = None, output_cache: str | None = None,
     ) -> WorkflowOptions:
         """The options of `kbuild ci github`'s flags (--gpu-runner BACKEND=LABEL); a value
         wrong on its own is a one-line UsageError naming the flag."""
@@ -119,6 +132,14 @@ class WorkflowOptions:
         runner_label(arm_runner)
         if refresh is not None and refresh not in REFRESH_SCHEDULES:
             raise UsageError(f"--refresh must be one of {', '.join(REFRESH_SCHEDULES)}, got {refresh!r}")
+        if output_cache is not None:
+            scheme, sep, rest = output_cache.partition("://")
+            if not sep or scheme not in OUTPUT_STORES or not rest.strip("/"):
+                raise UsageError(f"--output-cache {output_cache!r}: expected s3://BUCKET/PREFIX or "
+                                 "hf://datasets/ORG/NAME/PREFIX (default: the GitHub Actions cache)")
+            if shared_cache == "none":
+                raise UsageError("--output-cache needs the build jobs on the runner: --shared-cache none builds "
+                                 "in containers, which do not reach the store")
         pairs = []
         for value in gpu_runner:
             backend, sep, label = value.partition("=")
@@ -126,7 +147,7 @@ class WorkflowOptions:
                 raise UsageError(f"--gpu-runner {value!r}: expected BACKEND=LABEL, e.g. cuda=gpu-a100")
             pairs.append((backend.strip(), label.strip()))
         return cls(matrix if matrix is not None else DEFAULT_MATRIX, shards, install, tuple(pairs), build_timeout,
-                   shared_cache, sign, arm_runner.strip(), refresh)
+                   shared_cache, sign, arm_runner.strip(), refresh, output_cache)
 
     @property
     def path(self) -> Path:
@@ -212,6 +233,9 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         build_runner=build_runner(options.shared_cache),
         sign=options.sign,
         sigstore_requirement=SIGSTORE_REQUIREMENT,
+        output_store=options.output_cache,
+        output_store_package=OUTPUT_STORES[store][0] if (store := _scheme(options.output_cache)) else None,
+        output_store_env=OUTPUT_STORES[store][1] if store else (),
     )
     if not options.refresh:
         return env.get_template("kbuild.yml.j2").render(**values)
@@ -225,6 +249,10 @@ def render_workflow(kernel_dir: Path, options: WorkflowOptions = WorkflowOptions
         only_if="fromJSON(needs.plan.outputs.plan).variants != ''",
     )
     return env.get_template("kbuild-refresh.yml.j2").render(**values)
+
+
+def _scheme(url: str | None) -> str | None:
+    return url.partition("://")[0] if url else None
 
 
 def _release_branch(kernel_dir: Path) -> str:

