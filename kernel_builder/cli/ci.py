@@ -98,16 +98,17 @@ def matrix_command(
 @ci_app.command("cache-key")
 def cache_key_command(
     plan_json: Path = typer.Argument(..., help="The output of `kbuild plan --input-ids --json` for what a job builds."),
+    prefix: str = typer.Option("kbuild-output-", "--prefix", help="What the key starts with."),
 ) -> None:
     """Print a build job's output cache key: the variant and its input id, or for several variants a hash of every pair."""
     from kernel_builder.scaffold.ci_github import cache_key
 
-    sys.stdout.write(cache_key(plan_json) + "\n")
+    sys.stdout.write(prefix + cache_key(plan_json) + "\n")
 
 
 @ci_app.command("next-tag")
 def next_tag_command(
-    release: str = typer.Argument(..., metavar="ORG/NAME@vN", help="The release branch of a Hub repo."),
+    release: str = typer.Option(..., "--release", metavar="ORG/NAME@vN", help="The release branch of a Hub repo."),
 ) -> None:
     """Print the next patch tag of that major on the Hub (vN.M.P+1), for `kbuild publish --add-variants --tag`."""
     from kernel_builder.scaffold.ci_github import next_tag

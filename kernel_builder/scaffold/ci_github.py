@@ -404,7 +404,7 @@ def job_matrices(rows: Iterable[dict], shards: int | None = None, arm_runner: st
 
 # -- the build job --------------------------------------------------------------------------
 def cache_key(plan_json: Path) -> str:
-    """`kbuild ci cache-key`: the output cache key of a build job, from `kbuild plan
+    """`kbuild ci cache-key` (after its --prefix): the output cache key of a build job, from `kbuild plan
     --input-ids --json` of what it builds: the input id itself for one variant, else a sha256
     over every (variant, input id) pair (a shard). A row without an id (a variant this
     runner cannot build) counts as such, so the key never matches a build that had it."""
@@ -425,11 +425,11 @@ def cache_key(plan_json: Path) -> str:
 
 
 def next_tag(release: str) -> str:
-    """`kbuild ci next-tag ORG/NAME@vN`: the tag the refresh workflow publishes the added
+    """`kbuild ci next-tag --release ORG/NAME@vN`: the tag the refresh workflow publishes the added
     variants under, the next patch release of that major on the Hub."""
     from kernel_builder.pipeline.hub_variants import next_patch_tag, parse_branch_ref
 
-    return next_patch_tag(parse_branch_ref(release, "kbuild ci next-tag"))
+    return next_patch_tag(parse_branch_ref(release, "--release"))
 
 
 # -- the publish job ------------------------------------------------------------------------

@@ -628,7 +628,7 @@ def test_the_refresh_workflow_passes_actionlint_and_publishes_only_the_missing_v
     jobs = workflow["jobs"]
     plan_run = jobs["plan"]["steps"][-1]["run"]
     assert '--missing-from "$KBUILD_RELEASE"' in plan_run and "--allow-empty --shards 2 --arm-runner arm64-big" in plan_run
-    assert 'kbuild ci next-tag "$KBUILD_RELEASE"' in plan_run
+    assert 'kbuild ci next-tag --release "$KBUILD_RELEASE"' in plan_run
     # Nothing missing: no build, no test, no publish; a test job runs only with entries.
     assert jobs["build"]["if"] == "fromJSON(needs.plan.outputs.plan).variants != ''"
     assert jobs["test"]["if"] == "toJSON(fromJSON(needs.plan.outputs.plan).test.include) != '[]'"
