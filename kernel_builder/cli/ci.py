@@ -21,10 +21,12 @@ def github(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
     matrix: Optional[str] = typer.Option(
         None, "--matrix", "-m",
-        help="The variants CI builds, as `kbuild build --matrix` takes them (default: 'os=linux arch=x86_64').",
+        help="The variants CI builds, as `kbuild build --matrix` takes them (default: 'os=linux arch=x86_64'; "
+        "'os=linux' adds the aarch64 variants).",
     ),
     shards: Optional[int] = typer.Option(
-        None, "--shards", help="Build in N jobs, each a `--shard I/N` of the selection (default: one job per variant)."
+        None, "--shards",
+        help="Build each arch's variants in N jobs, each a `--shard I/N` of them (default: one job per variant)."
     ),
     install: Optional[str] = typer.Option(
         None, "--install",
