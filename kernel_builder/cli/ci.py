@@ -1,5 +1,5 @@
-"""`kbuild ci ...`: CI for kernel repos (ci_github.py). `github` writes the workflow; `matrix`
-and `complete` are the steps that workflow runs in its plan and publish jobs."""
+"""`kbuild ci ...`: CI for kernel repos (ci_github.py). `github` writes the workflows; `matrix`,
+`next-tag`, `cache-key` and `complete` are steps they run in their plan, build and publish jobs."""
 
 from __future__ import annotations
 
