@@ -24,6 +24,8 @@ from kernel_builder.compile.cmake import build_project, compiled_sources, render
 from kernel_builder.compile.compiler_cache import launcher_settings
 from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
+from kernel_builder.compile.job_folders import EMBEDDED_ROOT, job_folders, neutral, reproducible
+from kernel_builder.compile.backends.base import tool_identity, without_tool_path
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import BuildError, Interrupted, KbuildError
 from kernel_builder.kernel.manifest import Manifest
@@ -38,18 +40,31 @@ OUTPUT_CACHE_CHECK = "output-cache"  # the name its warnings go by among a job's
 
 
 def job_input_hash(job: BuildJob) -> str:
+    """The job's input id: what it reads and builds with, by content and identity, never by
+    where it is (kernel_builder.compile.job_folders), so that a second checkout or runner with
+    the same kernel, variant and toolchain gets the same id and shares the built variant."""
+    env = job.env
     backend = get_backend(job.backend)
     facts = [
         f"variant {job.variant.name}",
         f"ops {job.ops_name}",
-        f"torch {job.env.torch_version} cxx11={job.env.cxx11_abi} {job.env.torch_dir}",
+        f"torch {env.torch_version} cxx11={env.cxx11_abi} cuda={env.cuda} hip={env.hip} xpu={env.xpu}",
+        f"python {env.python_version}",
         # Whether a commit is recorded, not which: a commit that changes nothing the build
         # reads keeps the build (and the commit it records); the first commit re-stamps it.
         f"git {job.source is not None}",
     ]
     if job.compiled:
-        facts.append(f"spec {backend.compile_spec(job).describe()}")
-        facts += [f"toolchain {t}" for t in backend.toolchain_ids()]
+        folders = job_folders(job)
+        spec = backend.compile_spec(job)
+        # The compilers by what they are (`--version`), not where they are installed.
+        compilers = {key: path for key, path in spec.cache.items() if key.endswith("_COMPILER")}
+        facts.append(f"spec {neutral(spec, {**folders, **compilers}).describe()}")
+        # The order of the compiles' prefix maps (reproducible) follows the folders' lengths,
+        # which differ by runner; what they embed does not.
+        facts.append(f"embedded {EMBEDDED_ROOT}/{{{','.join(sorted(folders))}}}")
+        facts += [f"compiler {key} {tool_identity(path)}" for key, path in sorted(compilers.items())]
+        facts += [f"toolchain {without_tool_path(t)}" for t in backend.toolchain_ids()]
     return input_hash(job.manifest, *facts)
 
 
@@ -165,8 +180,10 @@ def compile_job(job: BuildJob, settings: BuildSettings) -> tuple[Path, tuple[str
     chosen = settings.slots.for_job(archs)
     cache = settings.compiler_cache
     shared = cache is not None and cache.shared_beyond_this_machine
+    folders = job_folders(job)
     with fixed_compile_paths(job) if shared else nullcontext(real_paths(job)) as paths:
-        spec = paths.apply(backend.compile_spec(job))
+        # The library names no folder of this runner (job_folders): built anywhere, the same bytes.
+        spec = reproducible(paths.apply(backend.compile_spec(job)), paths.compiled(folders))
         render_project(spec, job.work_dir)
         launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
         compile_env = cache.job_environment(job.work_dir) if cache else {}
