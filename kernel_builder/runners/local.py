@@ -34,6 +34,7 @@ from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner
 from kernel_builder.runners.result import FROM_OUTPUT_CACHE, JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
+from kernel_builder.variants import Variant
 
 
 OUTPUT_CACHE_CHECK = "output-cache"  # the name its warnings go by among a job's checks
@@ -68,26 +69,36 @@ def job_input_hash(job: BuildJob) -> str:
     return input_hash(job.manifest, *facts)
 
 
-def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
+def planned_input_id(job: BuildJob, chooser: EnvChooser) -> str:
+    """The input id of a planned job (its environment found, the backend's toolchain made
+    ready, as run_job does before compiling): what the build will stamp and look up."""
+    if job.env is None:
+        job = job.with_env(chooser.env_for(job.variant))
+    get_backend(job.backend).prepare(job, say=chooser.say, progress=lambda text: None)
+    return job_input_hash(job)
+
+
+def is_up_to_date(dest: Path, wanted_hash: str) -> bool:
+    """Whether the variant folder `dest` is the build of `wanted_hash`, its digests intact."""
     # The bounded reader the loader uses: a planted FIFO, a link to a device or deeply nested
     # JSON in build/ makes the variant out of date (and rebuilt), never a hang or a traceback.
     try:
-        metadata = load_json_file(job.dest / "metadata.json")
+        metadata = load_json_file(dest / "metadata.json")
     except (OSError, JsonFileError):
         return False
     stamp = metadata.get("kbuild") if isinstance(metadata, dict) else None
     if not isinstance(stamp, dict) or stamp.get("input-hash") != wanted_hash:
         return False
-    return not verify_digest(job.dest, metadata)
+    return not verify_digest(dest, metadata)
 
 
-def drop_other_style(job: BuildJob) -> None:
+def drop_other_style(variant: Variant, out_dir: Path) -> None:
     """One build, one folder: the same build under the other naming style (left by a build
     with the other --variant-names) goes, or the runtime would choose between two identical
     builds by folder listing, and both would be published."""
-    twin = job.variant.other_style()
-    if twin is not None and (job.out_dir / twin.name).is_dir():
-        shutil.rmtree(job.out_dir / twin.name)
+    twin = variant.other_style()
+    if twin is not None and (out_dir / twin.name).is_dir():
+        shutil.rmtree(out_dir / twin.name)
 
 
 def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobResult:
@@ -120,15 +131,15 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         get_backend(job.backend).prepare(job, say=chooser.say, progress=doing)
         settings.tools.raise_if_stopped()
         wanted = job_input_hash(job)
-        if is_up_to_date(job, wanted):
-            drop_other_style(job)
+        if is_up_to_date(job.dest, wanted):
+            drop_other_style(job.variant, job.out_dir)
             return result("up-to-date")
         cache = settings.output_cache
         if cache is not None:
             progress.step(label, "output cache")
             with writing_to(job.out_dir):
                 if cache.fetch(wanted, job.dest, warn=cache_warning):
-                    drop_other_style(job)
+                    drop_other_style(job.variant, job.out_dir)
                     return result("up-to-date", FROM_OUTPUT_CACHE)
         with ExitStack() as held:
             prepared = None
@@ -155,7 +166,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             raise BuildError(f"check failed, the previous variant is kept: {'; '.join(failed)}")
         with writing_to(job.out_dir):
             install(staging, job.dest)
-            drop_other_style(job)
+            drop_other_style(job.variant, job.out_dir)
         if cache is not None:
             progress.step(label, "output cache")
             try:
