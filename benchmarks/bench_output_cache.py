@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -77,9 +78,12 @@ def one(example: str, variant: str, work: Path, envs: Path) -> list[tuple[str, b
                                     runner_env(work, "A", variant, envs, **shared), ["--output-cache", str(store)], "runner A")
         b_wall, b_job = timed_build(checkout(work, "B", example), variant, outs["B"],
                                     runner_env(work, "B", variant, envs, **shared), [], "runner B")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     c_wall, c_job = timed_build(checkout(work, "C", example), variant, outs["C"],
                                 runner_env(work, "C", variant, envs), ["--output-cache", str(store), "--output-cache-mode", "read"],
                                 "runner C")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)  # the load on a shared machine aside
     (entry,) = store.glob("*.tar")
     start = time.perf_counter()  # the download alone: the entry fetched, verified and installed again
     OutputCache(str(store), "read").fetch(entry.stem, work / "download" / variant, warn=print)
@@ -90,7 +94,7 @@ def one(example: str, variant: str, work: Path, envs: Path) -> list[tuple[str, b
     print(f"  A cold, empty shared cache:   {a_wall:7.2f} s   (job {a_job['seconds']:.2f} s; {a_job['compiler_cache']['misses']} compiles, upload)")
     print(f"  B shared compiler cache:      {b_wall:7.2f} s   (job {b_job['seconds']:.2f} s; {hits['hits']}/{hits['hits'] + hits['misses']} Redis hits)")
     print(f"  C warm output cache:          {c_wall:7.2f} s   (job {c_job['seconds']:.2f} s: {c_job['status']}, {c_job['detail']}; "
-          f"download, verify, install alone {download:.2f} s)")
+          f"download, verify, install alone {download:.2f} s; {c_cpu:.2f} s of CPU)")
     print(f"  A/B {a_wall / b_wall:.1f}x   A/C {a_wall / c_wall:.1f}x   B/C {b_wall / c_wall:.1f}x")
     checks = [
         (f"C within {ALLOWANCE_S:.0f} s plus the download ({c_wall:.2f} s <= {ALLOWANCE_S + download:.2f} s)", c_wall <= ALLOWANCE_S + download),
@@ -116,6 +120,9 @@ def main() -> None:
     cpu = "torch{}{}-cxx11-cpu-x86_64-linux".format(*torch.__version__.split(".")[:2])
     builds = [b.split(":", 1) for b in args.builds] or [
         ["swiglu", cpu], ["swiglu", "torch214-cxx11-cu130-x86_64-linux"], ["flash-attn", cpu]]
+    # An installed kbuild starts from its .pyc files; without them each start compiles every module.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     work = Path(tempfile.mkdtemp(prefix="kbuild-bench-output-cache-"))
     envs = envs_root()
     failed = 0

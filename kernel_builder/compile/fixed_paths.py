@@ -11,6 +11,7 @@ beyond this machine, a job compiles through one folder named by the kernel and v
                                                 /work          -> the job's work tree (kbuild's cache)
                                                 /site-packages -> the build environment's (torch, CUDA wheels)
                                                 /python        -> the Python headers
+                                                /kbuild-templates -> kbuild's own sources
                                                 /units/...     CUDA translation units (real files)
 
 and the generated project names only those. CMake and Ninja keep a path as given (they do
@@ -41,7 +42,7 @@ from typing import Any, Iterator
 
 from kernel_builder.compile.cmake import CompileSpec, write_if_changed
 from kernel_builder.compile.job import BuildJob
-from kernel_builder.compile.job_folders import remap_paths, runner_folders
+from kernel_builder.compile.job_folders import remap_paths, runner_folders, spellings
 from kernel_builder.compile.private_files import own_folder
 from kernel_builder.errors import BuildError
 from kernel_builder.file_lock import exclusive_lock
@@ -89,11 +90,14 @@ class CompilePaths:
                 return Path(real + text[len(fixed):])
         return path
 
-    def compiled(self, folders: dict[str, Path]) -> dict[str, str]:
-        """`folders` (kernel_builder.compile.job_folders) as the compiles spell them: through
-        their links, and the CUDA units' folder."""
-        spelled = {name: self.remap(str(folder)) for name, folder in folders.items()}
-        return spelled | ({"units": str(self.units)} if self.units is not None else {})
+    def compiled(self, folders: dict[str, Path]) -> tuple[tuple[str, str], ...]:
+        """(path, name) for `folders` (kernel_builder.compile.job_folders) as the compiles
+        spell them: through their links and the CUDA units' folder only, so that the flags
+        that name them are the same on every runner; else as given and resolved."""
+        if not self.links:
+            return spellings(folders)
+        spelled = tuple((self.remap(str(folder)), name) for name, folder in folders.items())
+        return spelled + (((str(self.units), "units"),) if self.units is not None else ())
 
     def remap(self, value: Any) -> Any:
         """`value` (a dataclass, tuple, dict or string in the spec) with every path under a

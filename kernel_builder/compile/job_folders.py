@@ -40,8 +40,8 @@ _HOST_OPTION = {"CXX": "{}", "HIP": "{}", "CUDA": "-Xcompiler={}"}
 
 
 def runner_folders(job: BuildJob) -> dict[str, Path]:
-    """The job's own folders: its checkout, work tree and environment (what fixed_paths links)."""
-    folders = {"kernel": job.manifest.root, "work": job.work_dir}
+    """The job's checkout, work tree and environment, and kbuild's templates (what fixed_paths links)."""
+    folders = {"kernel": job.manifest.root, "work": job.work_dir, "kbuild-templates": templates_dir()}
     if job.env is not None:
         folders["site-packages"] = Path(job.env.torch_dir).parent
         folders["python"] = Path(job.env.python_include)
@@ -50,8 +50,8 @@ def runner_folders(job: BuildJob) -> dict[str, Path]:
 
 def job_folders(job: BuildJob) -> dict[str, Path]:
     """Each folder of `job` whose place depends on the runner, by a name the same on every
-    runner: its own (runner_folders), kbuild's templates and its backend's toolkit."""
-    folders = runner_folders(job) | {"kbuild-templates": templates_dir()}
+    runner: runner_folders and its backend's toolkit."""
+    folders = runner_folders(job)
     if job.env is not None:
         folders |= get_backend(job.backend).toolkit_folders(job)
     return folders
@@ -97,11 +97,12 @@ def neutral(value: Any, folders: dict[str, Path]) -> Any:
     return remap_paths(value, ((path, f"<{name}>") for path, name in spellings(folders)))
 
 
-def reproducible(spec: CompileSpec, folders: dict[str, Path | str]) -> CompileSpec:
-    """`spec` whose compilers embed each of `folders` (spelled as this compile spells them)
-    as /kbuild/<name>."""
+def reproducible(spec: CompileSpec, spelled: Iterable[tuple[str, str]]) -> CompileSpec:
+    """`spec` whose compilers embed each folder of `spelled` ((path as this compile spells it,
+    name): spellings, or CompilePaths.compiled) as /kbuild/<name>."""
     # Shortest first: GCC and clang apply the last matching map, so a folder inside another wins.
-    maps = [f"{_PREFIX_MAP}={path}={EMBEDDED_ROOT}/{name}" for path, name in reversed(spellings(folders))]
+    ordered = sorted(set(spelled), key=lambda pair: (len(pair[0]), pair))
+    maps = [f"{_PREFIX_MAP}={path}={EMBEDDED_ROOT}/{name}" for path, name in ordered]
     extra = tuple((language, tuple(_HOST_OPTION[language].format(m) for m in maps))
                   for language in spec.languages if language in _HOST_OPTION)
     return replace(spec, language_options=merged_options(spec.language_options, extra))

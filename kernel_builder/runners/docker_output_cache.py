@@ -23,7 +23,7 @@ from kernel_builder.runners.result import BUILT, FROM_OUTPUT_CACHE, UP_TO_DATE, 
 from kernel_builder.runtime.files import JsonFileError, load_json_file
 from kernel_builder.variants import Variant
 
-PROBE_MODULE = "kernel_builder.runners.input_id_probe"
+PROBE_MODULE = "kernel_builder.pipeline.input_id_probe"
 
 
 def probe_command(build_command: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from kernel_builder.compile.backends.base import tool_identity
 from kernel_builder.compile.backends.cuda import nvcc_path, toolkit_root
 from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.compile.job import BuildJob
-from kernel_builder.compile.job_folders import EMBEDDED_ROOT, job_folders, neutral, reproducible
+from kernel_builder.compile.job_folders import EMBEDDED_ROOT, job_folders, neutral, reproducible, spellings
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.runners.local import job_input_hash
@@ -98,7 +98,7 @@ def test_a_flag_gives_a_new_id(first, monkeypatch):
 
 def test_the_hashed_spec_names_no_folder_of_this_runner(first, tmp_path):
     folders = job_folders(first)
-    spec = reproducible(cpu_backend.CpuBackend().compile_spec(first), folders)
+    spec = reproducible(cpu_backend.CpuBackend().compile_spec(first), spellings(folders))
     text = neutral(spec, folders).describe()
     assert str(tmp_path) not in text and "<kernel>/cpu/add.cpp" in text and "<site-packages>/torch/include" in text
 
@@ -107,7 +107,8 @@ def test_the_compilers_embed_no_folder_of_this_runner():
     """GCC and clang apply the last matching map: a folder inside another (an environment
     inside the checkout) is mapped after it, as itself; nvcc hands the maps to its host compiler."""
     folders = {"kernel": Path("/src/k"), "site-packages": Path("/src/k/.venv/lib/site-packages")}
-    spec = reproducible(CompileSpec("_k", ".so", ("CXX", "CUDA"), (), language_options=(("CXX", ("-O3",)),)), folders)
+    spec = reproducible(CompileSpec("_k", ".so", ("CXX", "CUDA"), (), language_options=(("CXX", ("-O3",)),)),
+                        [(str(path), name) for name, path in folders.items()])
     options = dict(spec.language_options)
     assert options["CXX"] == ("-O3", f"-ffile-prefix-map=/src/k={EMBEDDED_ROOT}/kernel",
                               f"-ffile-prefix-map=/src/k/.venv/lib/site-packages={EMBEDDED_ROOT}/site-packages")

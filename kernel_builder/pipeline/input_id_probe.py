@@ -2,7 +2,7 @@
 it in a short container of the variant's build image before the build container, so that the
 host can look the id up in the output cache (the containers have no network to reach it).
 
-    python -m kernel_builder.runners.input_id_probe KERNEL --variant V --env ENV [other build flags]
+    python -m kernel_builder.pipeline.input_id_probe KERNEL --variant V --env ENV [other build flags]
     {"variant": "V", "input-id": "<64 hex digits>"}
 
 It takes the container's `kbuild build` arguments as they are and reads only these three; the
