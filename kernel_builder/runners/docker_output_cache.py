@@ -75,5 +75,9 @@ def cached_build(
 
 
 def _stamped_id(dest: Path) -> str:
-    stamp = load_json_file(dest / "metadata.json").get("kbuild", {})
-    return str(stamp.get("input-hash"))
+    """The input id the container's build stamped into the variant (a ValueError if none)."""
+    metadata = load_json_file(dest / "metadata.json")
+    stamp = metadata.get("kbuild") if isinstance(metadata, dict) else None
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("input-hash"), str):
+        raise ValueError("metadata.json has no kbuild.input-hash")
+    return stamp["input-hash"]
