@@ -150,6 +150,8 @@ RUN_ELSEWHERE = {
         "downloads from PyPI; the tests have no network",
     "python examples/flash-attn/benchmarks/compare_sdpa.py":
         "a benchmark prints figures; performance is measured by hand, never by a timed test (CONTRIBUTING.md)",
+    "python benchmarks/bench_output_cache.py":
+        "a benchmark prints figures; performance is measured by hand, never by a timed test (CONTRIBUTING.md)",
     "redis-server --port 6390 --save '' --appendonly no --daemonize yes":
         "the tests start their own loopback redis-server (kernel_builder/testing/sccache_servers.py)",
 }
