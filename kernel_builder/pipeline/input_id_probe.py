@@ -6,7 +6,7 @@ host can look the id up in the output cache (the containers have no network to r
     {"variant": "V", "input-id": "<64 hex digits>"}
 
 It takes the container's `kbuild build` arguments as they are and reads only these three; the
-id is the build's own (kernel_builder.runners.local.planned_input_id)."""
+id is the build's own (kernel_builder.pipeline.input_ids.job_input_id, as `kbuild plan --input-ids`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from kernel_builder.errors import KbuildError
 from kernel_builder.kernel.manifest import load_manifest
+from kernel_builder.pipeline.input_ids import INPUT_ID, job_input_id
 from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.pipeline.plan_assembly import assemble_plan
-from kernel_builder.runners.local import planned_input_id
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     try:
         inputs = assemble_plan(load_manifest(args.kernel), BuildOptions(variants=(args.variant,), env=args.env, create_env=False))
         (job,) = inputs.plan().jobs
-        print(json.dumps({"variant": args.variant, "input-id": planned_input_id(job, inputs.chooser)}))
+        print(json.dumps({"variant": args.variant, INPUT_ID: job_input_id(job, inputs.chooser)}))
     except KbuildError as e:
         print(json.dumps({"variant": args.variant, "error": e.message}))
         return 1

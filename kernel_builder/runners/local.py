@@ -69,15 +69,6 @@ def job_input_hash(job: BuildJob) -> str:
     return input_hash(job.manifest, *facts)
 
 
-def planned_input_id(job: BuildJob, chooser: EnvChooser) -> str:
-    """The input id of a planned job (its environment found, the backend's toolchain made
-    ready, as run_job does before compiling): what the build will stamp and look up."""
-    if job.env is None:
-        job = job.with_env(chooser.env_for(job.variant))
-    get_backend(job.backend).prepare(job, say=chooser.say, progress=lambda text: None)
-    return job_input_hash(job)
-
-
 def is_up_to_date(dest: Path, wanted_hash: str) -> bool:
     """Whether the variant folder `dest` is the build of `wanted_hash`, its digests intact."""
     # The bounded reader the loader uses: a planted FIFO, a link to a device or deeply nested
