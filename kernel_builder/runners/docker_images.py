@@ -25,6 +25,9 @@ toolkit and platform and is at least its ABI version (stable-ABI code compiles a
 any newer torch). A noarch variant compiles nothing and needs any torch: the newest CPU
 image for this machine's architecture. Metal and macOS variants have no image.
 
+The platform is the variant arch's (linux/arm64 for aarch64, run through qemu on other
+machines: runners/docker_platform.py); the base image must be of that platform.
+
 The tag is `kbuild-build-<family>:torch<M.m>[-<compute>]-<arch>-<hash>`, the hash being
 of the Dockerfile's text, the build args (the base image's name among them) and the
 platform: the same inputs always give the same tag, and any change to them a new one. The
