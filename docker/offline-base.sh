@@ -4,7 +4,7 @@
 # and a package index:
 #
 #   docker/offline-base.sh [SUITE] [ARCH] # bookworm (glibc 2.36, Python 3.11) or bullseye (2.31, 3.9);
-#                                         # amd64 (the default) or arm64 (Debian's names)
+#                                         # amd64 or arm64 (Debian's names; default: this machine's)
 #   kbuild build KERNEL --runner docker --base-image "$(docker/offline-base.sh | tail -n 1)"
 #
 # It debootstraps a minimal SUITE with python3 (venv, headers), g++, git and ca-certificates, imports
@@ -19,12 +19,12 @@
 set -euo pipefail
 
 suite=${1:-bookworm}
-arch=${2:-amd64}
+arch=${2:-$(dpkg --print-architecture 2>/dev/null || echo amd64)}
 packages=python3,python3-dev,python3-venv,g++,git,ca-certificates
 # amd64 keeps the plain suite tag; other architectures name theirs.
 tag="kbuild-offline-base:${suite}$([ "$arch" = amd64 ] || echo "-$arch")"
 case "$arch" in
-  amd64) platform=linux/amd64 qemu="" ;;
+  amd64) platform=linux/amd64 qemu=x86_64 ;;
   arm64) platform=linux/arm64 qemu=aarch64 ;;
   *) echo "offline-base.sh: no platform for ARCH $arch (amd64 or arm64)" >&2; exit 1 ;;
 esac
@@ -39,6 +39,19 @@ apt_mirror() {  # the first Debian archive apt is configured with (deb822 or one
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
+set_architecture() {  # set_architecture TAG ARCH: rewrite the image's config (docker save, edit, load)
+  local tag=$1 arch=$2 dir config new status=0
+  dir=$(mktemp -d /tmp/kbuild-offline-base-image.XXXXXX)
+  { docker save "$tag" | tar -C "$dir" -x \
+    && config=$(sed -n 's/.*"Config":"\([0-9a-f]*\.json\)".*/\1/p' "$dir/manifest.json") && [ -n "$config" ] \
+    && sed -i "s/\"architecture\":\"[a-z0-9]*\"/\"architecture\":\"$arch\"/" "$dir/$config" \
+    && new="$(sha256sum "$dir/$config" | cut -d' ' -f1).json" \
+    && mv "$dir/$config" "$dir/$new" && sed -i "s/$config/$new/" "$dir/manifest.json" \
+    && docker rmi "$tag" && tar -C "$dir" -c . | docker load; } >/dev/null || status=1
+  rm -rf "$dir"
+  return $status
+}
+
 command -v docker >/dev/null || die "the docker command is not on PATH"
 docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd, or set DOCKER_HOST)"
 # One maker at a time per image: a second caller (CI's early start, then the tests) waits and
@@ -47,7 +60,14 @@ if command -v flock >/dev/null; then
   exec 9>"${TMPDIR:-/tmp}/kbuild-offline-base-${tag#*:}.lock"
   flock 9
 fi
+# An engine before 23 ignores import's --platform and records its own arch: mark the image's.
+ensure_architecture() {
+  [ "$(docker image inspect --format '{{.Architecture}}' "$tag")" = "$arch" ] \
+    || set_architecture "$tag" "$arch" \
+    || die "cannot mark $tag as a $platform image"
+}
 if [ -z "${KBUILD_REBUILD_BASE:-}" ] && docker image inspect "$tag" >/dev/null 2>&1; then
+  ensure_architecture
   echo "$tag"
   exit 0
 fi
@@ -57,7 +77,6 @@ command -v debootstrap >/dev/null || die "debootstrap is not installed (apt-get 
 native=$(dpkg --print-architecture 2>/dev/null || echo amd64)
 foreign=()
 if [ "$arch" != "$native" ]; then
-  [ -n "$qemu" ] || die "cannot emulate $arch here"
   "$(dirname "$0")/qemu-binfmt.sh" "$qemu" || die "$arch binaries cannot run here (see docker/qemu-binfmt.sh)"
   foreign=(--arch="$arch" --foreign)
 fi
@@ -80,4 +99,5 @@ tar -C "$rootfs" -c . | docker import --platform "$platform" \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["/bin/bash"]' \
   --message "debootstrap --variant=minbase --include=$packages $suite ($arch)" - "$tag" >/dev/null
+ensure_architecture
 echo "$tag"
