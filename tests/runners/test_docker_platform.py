@@ -137,3 +137,12 @@ def test_a_base_of_another_platform_is_refused_before_building(on, tmp_path, mon
     engine = Engine(base=LocalImage("amd64"))
     with pytest.raises(KbuildError, match=r"the base image base is linux/amd64, .* \(docker/offline-base.sh bookworm arm64 makes one\)"):
         docker_images.build_images([Variant.parse(ARM_CPU)], engine, base_image="base")
+
+
+def test_build_images_plans_arm64_images_for_an_aarch64_selection():
+    from conftest import kbuild_in_process
+
+    done = kbuild_in_process("docker", "build-images", "--dry-run", "--base-image", "kbuild-offline-base:bookworm-arm64",
+                             "torch=2.14 backend=cpu os=linux arch=aarch64")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "kbuild-build-cpu:torch2.14-aarch64-" in done.stdout and "linux/arm64" in done.stdout, done.stdout
