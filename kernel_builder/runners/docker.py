@@ -13,6 +13,8 @@ Inside, the same build entry runs as locally, `python -m kernel_builder.cli buil
 - it runs as the calling user (uid:gid), so what it writes is the caller's, not root's;
 - it asks for no GPU and has no network: building needs neither, and a build reads
   nothing but its mounts;
+- it runs on its image's platform, linux/arm64 for an aarch64 variant: natively on an
+  aarch64 machine, through qemu elsewhere (runners/docker_platform.py);
 - on a manylinux_2_28 base, symbol versions beyond it fail the variant (--strict-abi); on
   a newer glibc (another base) they are a warning unless the user gave --strict-abi, and the
   build says which policy its results can meet (docker_images.glibc_policy);
