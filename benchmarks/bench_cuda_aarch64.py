@@ -1,0 +1,62 @@
+"""The aarch64 CUDA variant cross-built on x86_64 against the native x86_64 build of the
+same kernel (issue 33), measured in one run side by side:
+
+1. a cold native build of examples/swiglu, torch214-cxx11-cu130-x86_64-linux;
+2. a cold cross build of the same kernel, torch214-cxx11-cu130-aarch64-linux, without the
+   import check (compiling only);
+3. the same cross build with the import check, which runs under qemu's emulation.
+
+All three compile SASS for 9.0, 10.0 and 12.1 (GH200, GB200, GB10), each from a fresh copy
+and an empty kbuild cache (work trees), with build environments already in the store (the
+first cross build downloads about 4.6 GB: see docs/guides/cuda-toolkits.md).
+
+Usage: python benchmarks/bench_cuda_aarch64.py   (needs nvcc 13.0, aarch64-linux-gnu-g++, qemu-user-static)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARCHS = "9.0,10.0,12.1"
+RUNS = (
+    ("native x86_64", "torch214-cxx11-cu130-x86_64-linux", ()),
+    ("cross aarch64", "torch214-cxx11-cu130-aarch64-linux", ("--no-import-check",)),
+    ("cross aarch64 + emulated import check", "torch214-cxx11-cu130-aarch64-linux", ()),
+)
+
+
+def cold_build(work: Path, label: str, variant: str, extra: tuple[str, ...]) -> float:
+    """One `kbuild build` of a fresh copy with its own kbuild cache; its wall seconds."""
+    root = work / label.replace(" ", "-").replace("+", "") / "swiglu"
+    shutil.copytree(REPO / "examples" / "swiglu", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    env = dict(os.environ, KBUILD_CACHE_DIR=str(root.parent / "cache"))
+    command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
+               "--cuda-arch", ARCHS, "--no-compiler-cache", *extra]
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="kbuild-bench-cuda-aarch64-"))
+    figures = {}
+    for label, variant, extra in RUNS:
+        figures[label] = cold_build(work, label, variant, extra)
+        print(f"cold build of swiglu ({ARCHS}), {label:38}: {figures[label]:8.1f} s")
+    native = figures["native x86_64"]
+    print(f"cross / native build:                {figures['cross aarch64'] / native:8.2f}x")
+    print(f"emulated import check adds:          {figures['cross aarch64 + emulated import check'] - figures['cross aarch64']:8.1f} s")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
