@@ -223,11 +223,15 @@ def choose_variant(kernel_dir: Path, variant: str | None, build_dir: Path | None
 
 
 def variant_python(variant_name: str) -> str:
-    """The interpreter of the environment that built (and so can load) `variant_name`."""
+    """The interpreter of the environment that built (and so can load) `variant_name`: for a
+    variant of another architecture, its emulated Python (made on first need)."""
     from kernel_builder.environments.choice import EnvChooser
+    from kernel_builder.environments.cross_env import runnable_python
     from kernel_builder.variants import Variant
 
-    return str(EnvChooser.from_options().env_for(Variant.parse(variant_name)).python)
+    chooser = EnvChooser.from_options()
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - what is downloaded, once
+    return str(runnable_python(chooser.env_for(Variant.parse(variant_name)), say))
 
 
 # A zip-layout variant's package is <variant>/<id>.zip (kernel_builder.runtime.zip_package): the

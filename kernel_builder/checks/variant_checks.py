@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from kernel_builder.environments.cross_env import emulated_ready
+from kernel_builder.environments.cross_target import Route, route
 from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.errors import KbuildError, UsageError
 from kernel_builder.runtime.digest import verify_digest
@@ -296,6 +298,31 @@ def check_needed(folder: Path, variant: Variant | None = None, policy: Policy | 
     return _ok("needed", "only the C/C++ runtime, torch and the backend's runtime")
 
 
+# ELF e_machine values (pyelftools' names) of the architectures variant names spell.
+ELF_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
+
+
+def check_machine(folder: Path, variant: Variant | None = None) -> CheckResult:
+    """Every library is compiled for the variant's architecture (a cross build's aarch64
+    code in an aarch64 folder, never this machine's)."""
+    libraries = _elf_libraries(folder, variant, "arch")
+    if isinstance(libraries, CheckResult):
+        return libraries
+    if variant is None or variant.arch not in ELF_MACHINES:
+        return _skipped("arch", "the folder name does not say a known architecture")
+    from elftools.elf.elffile import ELFFile
+
+    findings = []
+    for library in libraries:
+        with open(library, "rb") as f:
+            machine = ELFFile(f).header["e_machine"]
+        if machine != ELF_MACHINES[variant.arch]:
+            findings.append(f"{library.relative_to(folder)} is {machine.removeprefix('EM_').lower()} code, not {variant.arch}")
+    if findings:
+        return _failed("arch", findings)
+    return _ok("arch", f"{variant.arch} code ({len(libraries)} librar{'y' if len(libraries) == 1 else 'ies'})")
+
+
 def check_stable_abi(folder: Path, variant: Variant | None = None) -> CheckResult:
     """A stable-ABI variant reaches torch only through the stable C shim, so it loads on
     every torch from its ABI version on."""
@@ -362,7 +389,8 @@ def _environment_python(variant: Variant | None) -> str | CheckResult:
 
     if variant is None:
         return _skipped("import", "the folder name is not a variant name, so its environment is unknown")
-    if variant.platform is not None and variant.platform != f"{detect_arch()}-{detect_os()}":
+    cross = variant.platform is not None and variant.platform != f"{detect_arch()}-{detect_os()}"
+    if cross and route(variant.platform) is not Route.CROSS:
         return _skipped("import", f"built for {variant.platform}, this machine is {detect_arch()}-{detect_os()}")
     chooser = EnvChooser.from_options(create=False)
     if variant.kind is Kind.NOARCH:
@@ -374,7 +402,11 @@ def _environment_python(variant: Variant | None) -> str | CheckResult:
         return _skipped(
             "import", f"no build environment with {spec.describe()} here (`kbuild env create {spec.key}` makes one)"
         )
-    return chooser.env_for(variant).python
+    env = chooser.env_for(variant)
+    if cross and not emulated_ready(env):
+        return _skipped("import", f"built for {variant.platform}: its import runs in an emulated {env.arch} Python, "
+                        f"not made here yet (`kbuild build --variant {variant.name}` makes it, once)")
+    return env.python
 
 
 def check_import(
@@ -508,7 +540,7 @@ def check_variant(
     if not strict_abi:
         abi = _as_warning(abi, "a local build follows this machine's glibc; --runner docker builds portable variants")
     results = [
-        abi, check_needed(folder, variant), check_stable_abi(folder, variant), check_gnu_unique(folder, variant),
+        abi, check_machine(folder, variant), check_needed(folder, variant), check_stable_abi(folder, variant), check_gnu_unique(folder, variant),
         check_metadata(folder),
     ]
     if import_check:

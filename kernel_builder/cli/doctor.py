@@ -41,6 +41,8 @@ def print_report(report) -> None:
         [(_ok(t.available), t.name, f"{t.version} ({t.path})" if t.available else t.reason, t.install) for t in report.tools],
     ))
     console.print(_section("build environments", [_environment_row(e) for e in report.environments]))
+    if report.platforms:
+        console.print(_section("other platforms", [_platform_row(p) for p in report.platforms]))
     console.print(_section("other", [_docker_row(report.docker), _cache_row(report.compiler_cache), _output_cache_row(report.output_cache),
                                       *_resource_rows(report.resources)]))
     if report.kernel is not None:
@@ -98,6 +100,15 @@ def _environment_row(e):
 
     size = f", {e.size_bytes / 1e9:.1f} GB" if e.size_bytes else ""
     return (STATUS["ok"], e.name, f"torch {e.torch_version} ({describe_compute(e.compute)}) in {e.python}{size}", None)
+
+
+def _platform_row(p):
+    if not p.buildable:
+        status = STATUS["missing"]
+    else:
+        status = STATUS["limited" if p.missing else "ok"]
+    detail = f"CPU variants: {p.route}" + "".join(f"; {m}" for m in p.missing)
+    return (status, p.platform, detail, p.install)
 
 
 def _docker_row(d):

@@ -163,6 +163,7 @@ class DoctorReport:
     resources: ResourceFinding
     kernel: KernelFinding | None = None
     output_cache: OutputCacheFinding | None = None
+    platforms: tuple["PlatformFinding", ...] = ()
 
     def backend(self, name: str) -> BackendFinding:
         return next(b for b in self.backends if b.backend == name)
@@ -243,6 +244,43 @@ def judge_backend(backend: str, chooser) -> BackendFinding:
     check = get_backend(backend).device_check_possible()
     return _with(found, status=LIMITED, reason=reason, install=install_hint(backend), device_check=check,
                  fallback=get_backend(backend).fallback())
+
+
+# -- other platforms -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlatformFinding:
+    """Another Linux platform of the default matrix: the route its CPU variants take here
+    (kernel_builder.environments.cross_target), and what each part of it lacks."""
+
+    platform: str
+    route: str  # "cross (...)" or "no route from this machine"
+    buildable: bool  # the cross compiler is here
+    compiler: str | None = None
+    emulator: str | None = None
+    missing: tuple[str, ...] = ()  # one line each: the compiler, the emulator, the emulated Python
+    install: str | None = None  # the apt command for what is missing
+
+
+def other_platforms() -> tuple[PlatformFinding, ...]:
+    from kernel_builder.environments import cross_target, emulation_root
+    from kernel_builder.environments.store import envs_root
+
+    here = "-".join(host_platform())
+    found = []
+    for name in sorted({v.platform for v in default_matrix().variants if v.os == "linux" and v.platform != here}):
+        target = cross_target.target_for(name)
+        if target is None:
+            found.append(PlatformFinding(name, cross_target.describe_route(name), False))
+            continue
+        missing = tuple(r for r in (cross_target.compiler_missing(target), emulation_root.missing_reason(target, envs_root())) if r)
+        packages = tuple(p for p, tool in ((target.compiler_package, cross_target.cross_compiler(target)),
+                                           (target.emulator_package, cross_target.emulator(target))) if tool is None)
+        found.append(PlatformFinding(
+            name, cross_target.describe_route(name), cross_target.cross_compiler(target) is not None,
+            cross_target.cross_compiler(target), cross_target.emulator(target), missing,
+            target.apt_command(packages) if packages else None,
+        ))
+    return tuple(found)
 
 
 # -- build tools, environments, Docker, compiler cache --------------------------------------
@@ -446,4 +484,5 @@ def diagnose(kernel_dir: Path | None = None, env_path: Path | None = None) -> Do
         resources=resources(envs),
         kernel=found_kernel,
         output_cache=output_cache_finding(),
+        platforms=other_platforms(),
     )

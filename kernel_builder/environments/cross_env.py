@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,25 +57,20 @@ def _requirement(spec) -> str:
     return f"torch=={spec.torch[0]}.{spec.torch[1]}.*"
 
 
-def _index_url(spec, index: str | None) -> str | None:
-    from kernel_builder.environments.store import pip_request  # the store imports this module
-
-    return pip_request(spec, index)[1]
-
-
 # -- the build layer ----------------------------------------------------------------------
-def creation_cost(spec, index: str | None = None, cached_only: bool = False) -> download_cost.DownloadCost | None:
-    """What the build layer downloads (torch's wheel for the target), with its size."""
+def creation_cost(spec, url: str | None = None, cached_only: bool = False) -> download_cost.DownloadCost | None:
+    """What the build layer downloads from `url` (None: pip's configured index): torch's
+    wheel for the target, with its size."""
     args = ["--no-deps", *_wheel_args(_target(spec), Path(tempfile.gettempdir()) / "kbuild-cross-dry-run")]
     downloads = download_cost.dry_run(sys.executable, [_requirement(spec)], args, cached_only=cached_only,
-                                      index_url=_index_url(spec, index))
+                                      index_url=url)
     return None if downloads is None else download_cost.cost(downloads)
 
 
-def create(spec, path: Path, index: str | None, say: Callable[[str], None],
+def create(spec, path: Path, url: str | None, say: Callable[[str], None],
            progress: Callable[[str], None] | None, remove: Callable[[Path], None]) -> BuildEnv:
-    """The build layer: torch's wheel for the target platform, unpacked into path/site."""
-    url = _index_url(spec, index)
+    """The build layer: torch's wheel for the target platform from `url` (None: pip's
+    configured index), unpacked into path/site."""
     log = path.with_name(f"{spec.key}.log")
     requirement = _requirement(spec)
 
@@ -85,7 +81,7 @@ def create(spec, path: Path, index: str | None, say: Callable[[str], None],
             f"{reason}; log: {log}")
 
     remove(path)
-    cost = creation_cost(spec, index)
+    cost = creation_cost(spec, url)
     size = "size unknown" if cost is None else cost.describe(["torch"])
     target = _target(spec)
     say(f"creating build environment {spec.key} (first time only): torch's {target.arch} wheel, "
@@ -182,7 +178,7 @@ def layer_cost(env: BuildEnv, requirements: list[str], cached_only: bool = False
 def emulated_ready(env: BuildEnv) -> bool:
     """Whether the env's emulated Python can run now (nothing to download or unpack)."""
     path = Path(env.python).parent.parent
-    return (path / EMULATED_READY).is_file() and emulation_root.ready(TARGETS[env.arch])
+    return (path / EMULATED_READY).is_file() and emulation_root.ready(TARGETS[env.arch], path.parent)
 
 
 def emulated_python(env: BuildEnv, say: Callable[[str], None] = lambda line: None,
@@ -191,8 +187,8 @@ def emulated_python(env: BuildEnv, say: Callable[[str], None] = lambda line: Non
     emulation layer made on first need (each download said first). Raises KbuildError with
     the install command when the emulator is missing."""
     target = TARGETS[env.arch]  # type: ignore[index]
-    root = emulation_root.ensure(target, say, progress)
     path = Path(env.python).parent.parent
+    root = emulation_root.ensure(target, path.parent, say, progress)  # beside the environments
     with exclusive_lock(path.with_name(f"{path.name}.emulated.lock")):
         if not (path / EMULATED_READY).is_file():
             _install_emulated(env, path, target, say, progress)
@@ -222,8 +218,6 @@ def install_layer(env: BuildEnv, name: str, requirements: list[str], what: str, 
     fresh folder `name` of the environment, saying first what that downloads; the folder.
     One pip run per folder: NVIDIA's wheels share the nvidia/ namespace folder, which a
     second `pip install --target` into the same folder would not merge."""
-    import shutil
-
     target = TARGETS[env.arch]  # type: ignore[index]
     path = Path(env.python).parent.parent
     folder = path / name

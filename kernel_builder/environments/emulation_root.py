@@ -39,28 +39,23 @@ PACKAGES = (f"python{PYTHON}",)
 _DEBOOTSTRAP_TIMEOUT_S = 1800
 
 
-def _store() -> Path:
-    from kernel_builder.environments.store import envs_root  # the store imports this module's users
-
-    return envs_root()
-
-
-def root_path(target: CrossTarget) -> Path:
-    return _store() / f"debian-{SUITE}-{target.debian_arch}"
+def root_path(target: CrossTarget, store: Path) -> Path:
+    """The root in `store` (the build environments' folder, kernel_builder.environments.store)."""
+    return store / f"debian-{SUITE}-{target.debian_arch}"
 
 
-def _marker(target: CrossTarget) -> Path:
-    return root_path(target).with_name(root_path(target).name + ".json")
+def _marker(target: CrossTarget, store: Path) -> Path:
+    return root_path(target, store).with_name(root_path(target, store).name + ".json")
 
 
-def ready(target: CrossTarget) -> bool:
-    return _marker(target).is_file() and (root_path(target) / "usr" / "bin" / f"python{PYTHON}").is_file()
+def ready(target: CrossTarget, store: Path) -> bool:
+    return _marker(target, store).is_file() and (root_path(target, store) / "usr" / "bin" / f"python{PYTHON}").is_file()
 
 
-def missing_reason(target: CrossTarget) -> str | None:
+def missing_reason(target: CrossTarget, store: Path) -> str | None:
     """Why the emulated Python cannot be made or run here, with what to do, or None."""
     reason = emulator_missing(target)
-    if reason or ready(target):
+    if reason or ready(target, store):
         return reason
     if shutil.which("debootstrap") is None:
         return f"no debootstrap to make the {target.arch} Python root: apt-get install debootstrap (or build with --no-import-check)"
@@ -70,14 +65,14 @@ def missing_reason(target: CrossTarget) -> str | None:
     return None
 
 
-def ensure(target: CrossTarget, say: Callable[[str], None] = lambda line: None,
+def ensure(target: CrossTarget, store: Path, say: Callable[[str], None] = lambda line: None,
            progress: Callable[[str], None] | None = None) -> Path:
     """The root, unpacked on first use; KbuildError (one line, what to install) when it cannot be."""
-    path = root_path(target)
+    path = root_path(target, store)
     with exclusive_lock(path.with_name(path.name + ".lock")):
-        if ready(target):
+        if ready(target, store):
             return path
-        reason = missing_reason(target)
+        reason = missing_reason(target, store)
         if reason:
             raise KbuildError(reason)
         say(f"unpacking Debian {SUITE}'s {target.debian_arch} python{PYTHON} for the emulated import check and tests "
@@ -102,7 +97,7 @@ def ensure(target: CrossTarget, say: Callable[[str], None] = lambda line: None,
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
-        _marker(target).write_text(json.dumps({"suite": SUITE, "arch": target.debian_arch, "packages": list(PACKAGES),
+        _marker(target, store).write_text(json.dumps({"suite": SUITE, "arch": target.debian_arch, "packages": list(PACKAGES),
                                                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}) + "\n")
     return path
 
@@ -118,12 +113,42 @@ def _unpack_rest(path: Path, log: Path) -> None:
             deb.unlink()
 
 
+# What an aarch64 kernel shows of its CPUs and qemu's user mode does not emulate: torch's CPU
+# probes (cpuinfo, oneDNN's xbyak_aarch64) read them at import and crash on an x86 host's.
+# With -L, qemu opens a path under the root first, so the root's files stand in for the host's.
+# A Neoverse N1 (ARMv8.2, no SVE): kernels for what every aarch64 server has.
+_CPU = ("BogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid "
+        "asimdrdm lrcpc dcpop asimddp\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\n"
+        "CPU part\t: 0xd0c\nCPU revision\t: 1\n")
+_MIDR = "0x00000000413fd0c1\n"
+
+
+def _host_cpus() -> int:
+    """How many CPUs this machine's /sys says are possible (what torch counts under qemu)."""
+    try:
+        return int(Path("/sys/devices/system/cpu/possible").read_text().strip().split(",")[-1].split("-")[-1]) + 1
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def describe_cpus(root: Path) -> None:
+    """The root's /proc/cpuinfo and each CPU's MIDR_EL1 in /sys, for this machine's CPU count."""
+    count = _host_cpus()
+    (root / "proc").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "cpuinfo").write_text("".join(f"processor\t: {i}\n{_CPU}\n" for i in range(count)))
+    for i in range(count):
+        folder = root / "sys" / "devices" / "system" / "cpu" / f"cpu{i}" / "regs" / "identification"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "midr_el1").write_text(_MIDR)
+
+
 def write_launcher(target: CrossTarget, root: Path, launcher: Path, site_dirs: list[Path]) -> None:
     """`launcher` (ENV/bin/python): a script running the root's python under qemu as a virtual
     environment (ENV/pyvenv.cfg) whose site-packages hold a .pth naming `site_dirs`. qemu's
     -0 gives Python the launcher as its argv[0], so it finds the venv and makes the launcher
     its sys.executable; -L resolves the dynamic loader and libraries inside the root."""
     env = launcher.parent.parent
+    describe_cpus(root)  # this machine's CPU count: a store can move between machines
     qemu = shutil.which(target.qemu) or target.qemu
     python = root / "usr" / "bin" / f"python{PYTHON}"
     launcher.parent.mkdir(parents=True, exist_ok=True)

@@ -233,7 +233,7 @@ def _create(
     spec: EnvSpec, path: Path, index: str | None, say: Callable[[str], None], progress: Callable[[str], None] | None,
 ) -> BuildEnv:
     if spec.arch:
-        return cross_env.create(spec, path, index, say, progress, remove=_remove)
+        return cross_env.create(spec, path, pip_request(spec, index)[1], say, progress, remove=_remove)
     requirement, url = pip_request(spec, index)
     source = mask_credentials(url) if url else "pip's configured index"
     log = path.with_name(f"{spec.key}.log")
@@ -357,7 +357,7 @@ def creation_cost(spec: EnvSpec, index: str | None = None, cached_only: bool = F
     """What creating spec's environment downloads, with sizes; None when pip cannot tell
     (or, with `cached_only`, has not been asked yet)."""
     if spec.arch:
-        return cross_env.creation_cost(spec, index, cached_only)
+        return cross_env.creation_cost(spec, pip_request(spec, index)[1], cached_only)
     downloads = _dry_run(spec, pip_request(spec, index)[1], cached_only)
     return None if downloads is None else download_cost.cost(downloads)
 

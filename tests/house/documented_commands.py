@@ -87,6 +87,11 @@ RUN_BY_TESTS = {
     "kbuild build examples/swiglu --variant torch214-cxx11-cu130-x86_64-linux --out out --max-jobs 2 --nvcc-threads 2":
         "tests/runners/test_runner_options.py::test_an_honoured_option_reaches_the_job",
     "kbuild build examples/swiglu --env .venv": "tests/checks/test_stable_abi.py::test_a_build_in_a_newer_torch_loads_in_this_one",
+    # docs/guides/aarch64.md
+    "kbuild build examples/swiglu --variant torch214-cxx11-cpu-aarch64-linux":
+        "tests/pipeline/test_aarch64.py::test_swiglu_and_layer_norm_cross_build_pass_check_and_import_in_the_emulated_python",
+    "kbuild test examples/swiglu --variant torch214-cxx11-cpu-aarch64-linux":
+        "tests/pipeline/test_aarch64.py::test_their_own_tests_pass_under_emulation",
     # docs/guides/checks.md
     "kbuild check examples/relu": "tests/checks/test_check.py::test_a_compiled_cpu_variant_imports_and_registers_its_ops",
     "kbuild check build/torch213-cxx11-cpu-x86_64-linux":
@@ -143,6 +148,8 @@ RUN_BY_TESTS = {
 # network, or it is the reader's own setup that the tests make their own way). A program or
 # script named by a path must still exist.
 RUN_ELSEWHERE = {
+    "apt-get install g++-aarch64-linux-gnu qemu-user-static":
+        "installs system packages as root; .ci/run installs both (install_tool)",
     "pip install -e '.[test]'": "the contributor's install: the test suite runs inside it",
     "python -m pytest -n auto": "the test suite itself (.ci/run runs it in CI)",
     "python -m pytest -m 'not e2e'": "the test suite's fast lane itself",

@@ -1,0 +1,116 @@
+"""aarch64-linux CPU variants cross-built on this x86_64 machine (docs/guides/aarch64.md):
+examples/swiglu and examples/layer-norm build torch214-cxx11-cpu-aarch64-linux, pass `kbuild
+check` with the import in the emulated aarch64 Python, pass their own tests under emulation,
+and load with kernels 0.19.1's own loader there, which picks the aarch64 variant, as kbuild's
+runtime does.
+
+Every emulated process costs a torch import under qemu (tens of seconds to minutes on CI's
+two cores): the builds are made once per run (made_once), and each test runs as few emulated
+processes as it can. torch's aarch64 environment and the emulated Python live in the suite's
+store (KBUILD_ENVS_DIR), so a second run on the same machine downloads nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, copy_example, kbuild, made_once
+from kernel_builder.environments import emulation_root
+from kernel_builder.environments.cross_target import TARGETS, Route, compiler_missing, emulator_missing, route
+
+VARIANT = "torch214-cxx11-cpu-aarch64-linux"
+AARCH64 = TARGETS["aarch64"]
+
+
+def _unavailable() -> str | None:
+    if route("aarch64-linux") is not Route.CROSS:
+        return "aarch64-linux variants are cross-built only on x86_64 Linux"
+    from kernel_builder.environments.store import envs_root
+
+    return compiler_missing(AARCH64) or emulator_missing(AARCH64) or emulation_root.missing_reason(AARCH64, envs_root())
+
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))]
+
+
+def aarch64_build(name: str) -> tuple[Path, dict]:
+    """A copy of examples/<name> with VARIANT built (import check included), once per run:
+    (the kernel's folder, the build's JSON row)."""
+
+    def make(folder: Path) -> None:
+        done = kbuild("build", str(copy_example(name, folder)), "--variant", VARIANT, "--json", check=True)
+        (folder / "result.json").write_text(json.dumps(json.loads(done.stdout)["jobs"][0]))
+
+    folder = made_once(f"aarch64-{name}", make)
+    return folder / name, json.loads((folder / "result.json").read_text())
+
+
+def emulated_python() -> str:
+    from kernel_builder.environments.choice import EnvChooser
+    from kernel_builder.environments.cross_env import emulated_ready
+    from kernel_builder.variants import Variant
+
+    env = EnvChooser.from_options(create=False).env_for(Variant.parse(VARIANT))
+    assert emulated_ready(env), "the build's import check makes the emulated Python"
+    return env.python
+
+
+@pytest.mark.parametrize("name", ["swiglu", "layer-norm"])
+def test_swiglu_and_layer_norm_cross_build_pass_check_and_import_in_the_emulated_python(name):
+    root, row = aarch64_build(name)
+    assert row["status"] == "built", row
+    checks = {c["check"]: c for c in row["checks"]}
+    assert checks["import"]["status"] == "ok" and "registers" in checks["import"]["detail"], checks["import"]
+    assert "/bin/python" in checks["import"]["detail"]  # the emulated interpreter, not this machine's
+    done = kbuild("check", str(root / "build" / VARIANT), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (report,) = json.loads(done.stdout)
+    assert report["ok"], report
+    results = {c["check"]: c for c in report["checks"]}
+    assert results["arch"]["status"] == "ok" and results["arch"]["detail"].startswith("aarch64 code")
+    for check in ("abi", "needed", "gnu-unique", "metadata"):
+        assert results[check]["status"] == "ok", results[check]
+    # `kbuild check` imports it too, in the emulated Python the build made.
+    assert results["import"]["status"] == "ok", results["import"]
+    from elftools.elf.elffile import ELFFile
+
+    (library,) = (root / "build" / VARIANT).glob("*.so")
+    with open(library, "rb") as f:
+        assert ELFFile(f).header["e_machine"] == "EM_AARCH64"
+
+
+@pytest.mark.parametrize("name", ["swiglu", "layer-norm"])
+def test_their_own_tests_pass_under_emulation(name):
+    root, _ = aarch64_build(name)
+    done = kbuild("test", str(root), "--variant", VARIANT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout + done.stderr and " failed" not in done.stdout + done.stderr
+
+
+def test_kernels_0_19_1_and_kbuilds_runtime_pick_the_aarch64_variant_in_the_emulated_python(tmp_path):
+    root, _ = aarch64_build("swiglu")
+    repo = tmp_path / "swiglu"
+    shutil.copytree(root / "build" / VARIANT, repo / "build" / VARIANT)
+    # The x86_64 variant beside it (this machine's): a loader on aarch64 must pass it over.
+    shutil.copytree(root / "build" / VARIANT, repo / "build" / VARIANT.replace("aarch64", "x86_64"))
+    script = f"""
+import json, pathlib, platform, torch, kernels
+from kernel_builder.runtime.loader import find_variant
+kernel = kernels.get_local_kernel(pathlib.Path({str(repo)!r}))
+x = torch.randn(4, 16)
+got = kernel.silu_and_mul(x)
+want = torch.nn.functional.silu(x[:, :8]) * x[:, 8:]
+print(json.dumps({{"machine": platform.machine(), "kernels": kernels.__version__, "file": kernel.__file__,
+                  "close": bool(torch.allclose(got, want, atol=1e-5)),
+                  "kbuild": find_variant(pathlib.Path({str(repo)!r}) / "build").name}}))
+"""
+    done = subprocess.run([emulated_python(), "-c", script], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["machine"] == "aarch64" and answer["kernels"] == "0.19.1" and answer["close"], answer
+    assert f"/build/{VARIANT}/" in answer["file"] and answer["kbuild"] == VARIANT
