@@ -310,9 +310,8 @@ def cuda_include_dirs(nvcc: str, wheels: Path) -> tuple[str, ...]:
     them itself), then the headers of the CUDA libraries torch ships as wheels (cuBLAS,
     cuSPARSE, ...) installed in `wheels`, which a plain toolkit may lack but
     ATen/cuda/CUDAContext.h needs."""
-    nvidia = wheels / "nvidia"
-    wheels = tuple(str(p) for p in sorted(nvidia.glob("*/include")) if p.is_dir())
-    return nvcc_include_dirs(nvcc) + wheels
+    libraries = tuple(str(p) for p in sorted((wheels / "nvidia").glob("*/include")) if p.is_dir())
+    return nvcc_include_dirs(nvcc) + libraries
 
 
 class CudaBackend(Backend):
