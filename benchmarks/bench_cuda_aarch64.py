@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernel_builder.environments.store import envs_root
+
 REPO = Path(__file__).resolve().parents[1]
 ARCHS = "9.0,10.0,12.1"
 RUNS = (
@@ -40,7 +42,8 @@ def cold_build(work: Path, label: str, variant: str, extra: tuple[str, ...]) -> 
     """One `kbuild build` of a fresh copy with its own kbuild cache; its wall and CPU seconds."""
     root = work / label.replace(" ", "-").replace("+", "") / "swiglu"
     shutil.copytree(REPO / "examples" / "swiglu", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    env = dict(os.environ, KBUILD_CACHE_DIR=str(root.parent / "cache"))
+    # A fresh cache for work trees, the store's environments as they are (GBs each).
+    env = dict(os.environ, KBUILD_CACHE_DIR=str(root.parent / "cache"), KBUILD_ENVS_DIR=str(envs_root()))
     command = [sys.executable, "-m", "kernel_builder.cli", "build", str(root), "--variant", variant,
                "--cuda-arch", ARCHS, "--no-compiler-cache", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
