@@ -22,13 +22,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 TORCH = "torch214-cxx11-cpu"
 NATIVE, CROSS = f"{TORCH}-x86_64-linux", f"{TORCH}-aarch64-linux"
 
 
 def kbuild(*args: str, cache: Path) -> float:
-    """Wall seconds of one kbuild command (its kbuild cache `cache`); its failure stops the benchmark."""
-    env = dict(os.environ, KBUILD_CACHE_DIR=str(cache), KBUILD_COMPILER_CACHE="none")
+    """Wall seconds of one kbuild command (its kbuild cache `cache`, the caller's environment
+    store: GBs that are made once); its failure stops the benchmark."""
+    from kernel_builder.environments.store import envs_root
+
+    env = dict(os.environ, KBUILD_CACHE_DIR=str(cache), KBUILD_COMPILER_CACHE="none", KBUILD_ENVS_DIR=str(envs_root()))
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "kernel_builder.cli", *args], env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start

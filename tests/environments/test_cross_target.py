@@ -149,3 +149,17 @@ def test_plan_says_the_cross_route_of_each_aarch64_cpu_and_cuda_variant(host):
     # CUDA too (kernel_builder/environments/cuda_cross.py): this machine's nvcc with NVIDIA's aarch64 wheels.
     assert cuda["buildable"] and "cross (aarch64-linux-gnu-g++" in cuda["environment"], cuda
     assert "nvcc 13.0" in cuda["environment"] and "NVIDIA's aarch64 CUDA 13.0 wheels" in cuda["environment"], cuda
+
+
+def test_plan_says_when_only_the_emulator_is_missing(tmp_path, monkeypatch, host):
+    host("x86_64")
+    compiler = tmp_path / "aarch64-linux-gnu-g++"
+    compiler.write_text("#!/bin/sh\nexit 0\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # the cross compiler, no qemu
+    result = kbuild_in_process("plan", str(EXAMPLES / "swiglu"), "--matrix", "arch=aarch64 os=linux backend=cpu torch=2.14", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["buildable"], row  # it builds; only its import check and tests need qemu
+    assert row["environment"].endswith(
+        f"; no aarch64 emulator (qemu-aarch64-static) for the import check and tests: {APT} (or build with --no-import-check)")

@@ -148,6 +148,8 @@ RUN_BY_TESTS = {
 # network, or it is the reader's own setup that the tests make their own way). A program or
 # script named by a path must still exist.
 RUN_ELSEWHERE = {
+    "kbuild build examples/swiglu --variant torch214-cxx11-cpu-aarch64-linux --torch-index https://download.pytorch.org/whl/cpu":
+        "PyTorch's own index is not reachable from the test machines (only PyPI is)",
     "apt-get install g++-aarch64-linux-gnu qemu-user-static":
         "installs system packages as root; .ci/run installs both (install_tool)",
     "pip install -e '.[test]'": "the contributor's install: the test suite runs inside it",

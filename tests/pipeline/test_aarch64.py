@@ -98,21 +98,23 @@ def test_their_own_tests_pass_under_emulation(name):
 
 
 def test_kernels_0_19_1_and_kbuilds_runtime_pick_the_aarch64_variant_in_the_emulated_python(tmp_path):
+    """PyPI's aarch64 torch is a CUDA build, for which both loaders select the cuda backend by
+    default: the CPU variant is asked for by its backend (`backend="cpu"`), as on a GH200."""
     root, _ = aarch64_build("swiglu")
     repo = tmp_path / "swiglu"
     shutil.copytree(root / "build" / VARIANT, repo / "build" / VARIANT)
-    # The x86_64 variant beside it (this machine's): a loader on aarch64 must pass it over.
+    # This machine's x86_64 variant beside it (a copy standing for one): an aarch64 loader passes it over.
     shutil.copytree(root / "build" / VARIANT, repo / "build" / VARIANT.replace("aarch64", "x86_64"))
     script = f"""
 import json, pathlib, platform, torch, kernels
 from kernel_builder.runtime.loader import find_variant
-kernel = kernels.get_local_kernel(pathlib.Path({str(repo)!r}))
+kernel = kernels.get_local_kernel(pathlib.Path({str(repo)!r}), backend="cpu")
 x = torch.randn(4, 16)
 got = kernel.silu_and_mul(x)
 want = torch.nn.functional.silu(x[:, :8]) * x[:, 8:]
 print(json.dumps({{"machine": platform.machine(), "kernels": kernels.__version__, "file": kernel.__file__,
                   "close": bool(torch.allclose(got, want, atol=1e-5)),
-                  "kbuild": find_variant(pathlib.Path({str(repo)!r}) / "build").name}}))
+                  "kbuild": find_variant(pathlib.Path({str(repo)!r}) / "build", "cpu").name}}))
 """
     done = subprocess.run([emulated_python(), "-c", script], capture_output=True, text=True,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})

@@ -24,7 +24,7 @@ from kernel_builder.compile.backends.common import (
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
-from kernel_builder.environments.cross_target import compiler_missing, describe_route, target_for
+from kernel_builder.environments.cross_target import compiler_missing, describe_route, emulator_missing, target_for
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.runtime.system import host_platform
@@ -67,8 +67,13 @@ class CpuBackend(Backend):
         return None if cxx_compiler() else CXX_MISSING
 
     def toolkit_note(self, variant: Variant) -> str | None:
-        """A cross-built variant says so: its compiler and where its tests run."""
-        return None if target_for(variant.platform) is None else describe_route(variant.platform)
+        """A cross-built variant says so: its compiler, where its import check and tests run,
+        and what is missing for them."""
+        target = target_for(variant.platform)
+        if target is None:
+            return None
+        missing = emulator_missing(target)
+        return describe_route(variant.platform) + (f"; {missing}" if missing else "")
 
     def default_variant(self, manifest: Manifest | None) -> Variant | Unavailable:
         """The stable-ABI variant or the newest torch of the default matrix that the kernel
