@@ -163,9 +163,14 @@ def emulation_requirements(env: BuildEnv) -> list[str]:
 
 def emulation_cost(env: BuildEnv, cached_only: bool = False) -> download_cost.DownloadCost | None:
     """What the emulation layer downloads: torch's needs, numpy, pytest and kernels for the target."""
-    target = TARGETS[env.arch]
+    return layer_cost(env, emulation_requirements(env), cached_only)
+
+
+def layer_cost(env: BuildEnv, requirements: list[str], cached_only: bool = False) -> download_cost.DownloadCost | None:
+    """What installing `requirements` for the env's architecture downloads (a cached dry run)."""
+    target = TARGETS[env.arch]  # type: ignore[index]
     downloads = download_cost.dry_run(
-        sys.executable, emulation_requirements(env),
+        sys.executable, requirements,
         _wheel_args(target, Path(tempfile.gettempdir()) / "kbuild-cross-dry-run"), cached_only=cached_only)
     return None if downloads is None else download_cost.cost(downloads)
 
@@ -201,12 +206,25 @@ def runnable_python(env: BuildEnv, say: Callable[[str], None] = lambda line: Non
 def _install_emulated(env: BuildEnv, path: Path, target: CrossTarget, say: Callable[[str], None],
                       progress: Callable[[str], None] | None) -> None:
     requirements = emulation_requirements(env)
-    log = path.with_name(f"{path.name}.emulated.log")
-    cost = emulation_cost(env)
-    size = "size unknown" if cost is None else cost.describe(["kernels"])
-    say(f"{target.arch} runtime for the emulated import check and tests (first time only): "
-        f"pip install --platform {target.pip_platforms()[0]} {shlex.join(requirements)} — {size}")
-    folder = path / "emulated"
+    install_layer(env, "emulated", requirements, f"{target.arch} runtime for the emulated import check and tests",
+                  say, progress, named=["kernels"])
+    _write_json(path / EMULATED_READY, {"requirements": requirements,
+                                        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+
+
+def install_layer(env: BuildEnv, name: str, requirements: list[str], what: str, say: Callable[[str], None],
+                  progress: Callable[[str], None] | None, named: list[str] | None = None) -> Path:
+    """Unpack `requirements` (wheels for the env's architecture, resolved together) into a
+    fresh folder `name` of the environment, saying first what that downloads; the folder.
+    One pip run per folder: NVIDIA's wheels share the nvidia/ namespace folder, which a
+    second `pip install --target` into the same folder would not merge."""
+    target = TARGETS[env.arch]  # type: ignore[index]
+    path = Path(env.python).parent.parent
+    folder = path / name
+    log = path.with_name(f"{path.name}.{name}.log")
+    cost = layer_cost(env, requirements)
+    size = "size unknown" if cost is None else cost.describe(named or [])
+    say(f"{what} (first time only): pip install --platform {target.pip_platforms()[0]} {shlex.join(requirements)} — {size}")
     shutil.rmtree(folder, ignore_errors=True)
     install = [sys.executable, "-m", "pip", "install", *pip_run.progress_args(sys.executable),
                *_wheel_args(target, folder), *requirements]
@@ -214,10 +232,9 @@ def _install_emulated(env: BuildEnv, path: Path, target: CrossTarget, say: Calla
     if not pip_run.run_logged([install], log, progress, tracker):
         shutil.rmtree(folder, ignore_errors=True)
         raise EnvironmentCreateError(
-            f"cannot install the {target.arch} runtime of {path.name}: {pip_run.pip_reason(log.read_text(errors='replace'))}; "
+            f"cannot install the {what} of {path.name}: {pip_run.pip_reason(log.read_text(errors='replace'))}; "
             f"log: {log}")
-    _write_json(path / EMULATED_READY, {"requirements": requirements,
-                                        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    return folder
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -33,7 +33,7 @@ def why_not(manifest: Manifest | None, variant: Variant, chooser: EnvChooser) ->
         return None  # pure Python: nothing to compile
     backend = get_backend(variant.backend)
     if found is Route.CROSS and not backend.cross_compiles:
-        return f"needs platform {variant.platform} (this machine is {here}; kbuild cross-compiles only CPU variants for it)"
+        return f"needs platform {variant.platform} (this machine is {here}; kbuild cross-compiles only CPU and CUDA variants for it)"
     if chooser.primary_builds(variant):
         target = backend.target(manifest, chooser.primary)
         if isinstance(target, Unavailable):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, kbuild_in_process
+from cuda_toolkit import needs_nvcc
 from kernel_builder.checks.variant_checks import check_machine
 from kernel_builder.compile.backends.cpu import unit_flags
 from kernel_builder.environments import cross_env, cross_target, emulation_root
@@ -135,7 +136,8 @@ def test_plan_and_doctor_name_the_apt_command_when_the_cross_compiler_is_missing
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None, reason="no aarch64 cross compiler: apt-get install g++-aarch64-linux-gnu")
-def test_plan_says_the_cross_route_of_each_aarch64_cpu_variant_and_refuses_its_cuda_ones(host):
+@needs_nvcc
+def test_plan_says_the_cross_route_of_each_aarch64_cpu_and_cuda_variant(host):
     host("x86_64")
     result = kbuild_in_process("plan", str(EXAMPLES / "swiglu"), "--matrix", "arch=aarch64 torch=2.14 backend=cpu,cuda", "--json")
     assert result.returncode == 0, result.stderr
@@ -144,7 +146,9 @@ def test_plan_says_the_cross_route_of_each_aarch64_cpu_variant_and_refuses_its_c
     assert cpu["buildable"] and cpu["environment"].startswith("managed torch214-")
     assert "cross (aarch64-linux-gnu-g++; import check and tests under qemu-aarch64-static emulation, slow)" in cpu["environment"]
     cuda = rows["torch214-cxx11-cu130-aarch64-linux"]
-    assert not cuda["buildable"] and "needs platform aarch64-linux" in cuda["reason"]
+    # CUDA too (kernel_builder/environments/cuda_cross.py): this machine's nvcc with NVIDIA's aarch64 wheels.
+    assert cuda["buildable"] and "cross (aarch64-linux-gnu-g++" in cuda["environment"], cuda
+    assert "nvcc 13.0" in cuda["environment"] and "NVIDIA's aarch64 CUDA 13.0 wheels" in cuda["environment"], cuda
 
 
 def test_plan_says_when_only_the_emulator_is_missing(tmp_path, monkeypatch, host):

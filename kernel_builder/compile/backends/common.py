@@ -13,6 +13,7 @@ from pathlib import Path
 from kernel_builder.compile.backends.base import Unavailable
 from kernel_builder.compile import glibc_compat, unique_symbols
 from kernel_builder.compile.cmake import CompileSpec, SourceGroup, generated_include_dir
+from kernel_builder.environments.cross_target import cross_compiler, target_for, toolchain_file
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import KernelUnit, Manifest
 from kernel_builder.kernel.registration import NAMESPACE_MACRO, registration_files
@@ -35,6 +36,16 @@ CXX_MISSING = "no C++ compiler found (install g++ or set CXX)"
 def cxx_compiler() -> str | None:
     """The host C++ compiler: $CXX, else g++, c++ or clang++ on PATH."""
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
+def compilers(job) -> tuple[str | None, dict[str, str]]:
+    """The job's C++ compiler and the CMake cache entries its route adds: this machine's
+    compiler for a native variant; for one of another architecture the cross compiler and
+    its toolchain file (kernel_builder.environments.cross_target)."""
+    cross = target_for(job.variant.platform)
+    if cross is None:
+        return cxx_compiler(), {}
+    return cross_compiler(cross), {"CMAKE_TOOLCHAIN_FILE": str(toolchain_file(cross, job.work_dir))}
 
 
 # Stable ABI 3.9+: the PyInit module in registration.h only needs the limited API.

@@ -15,6 +15,7 @@ from kernel_builder.compile.backends.common import (
     CXX_MISSING,
     CXX_SUFFIXES,
     binding_group,
+    compilers,
     cxx_compiler,
     cxx_standard,
     env_target,
@@ -23,14 +24,7 @@ from kernel_builder.compile.backends.common import (
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
-from kernel_builder.environments.cross_target import (
-    compiler_missing,
-    cross_compiler,
-    describe_route,
-    emulator_missing,
-    target_for,
-    toolchain_file,
-)
+from kernel_builder.environments.cross_target import compiler_missing, describe_route, emulator_missing, target_for
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.kernel.manifest import Manifest
 from kernel_builder.runtime.system import host_platform
@@ -106,12 +100,8 @@ class CpuBackend(Backend):
         groups = [binding_group(manifest, CXX_SUFFIXES)]
         groups += [unit_group(manifest, u, CXX_SUFFIXES, unit_flags(u.cxx_flags, job.variant.arch))
                    for u in manifest.units_for(self.name)]
-        compiler = cxx_compiler()
-        cache = {"CMAKE_CXX_STANDARD": cxx_standard(env)}
-        cross = target_for(job.variant.platform)
-        if cross is not None:
-            compiler = cross_compiler(cross)
-            cache["CMAKE_TOOLCHAIN_FILE"] = str(toolchain_file(cross, job.work_dir))
+        compiler, cache = compilers(job)
+        cache["CMAKE_CXX_STANDARD"] = cxx_standard(env)
         return torch_spec(
             job, self.macro, ("CXX",), groups,
             options=("-O3", "-fopenmp"),

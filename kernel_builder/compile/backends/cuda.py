@@ -5,7 +5,10 @@ version, FORMATS.md) intersected with what the installed nvcc can compile
 (`nvcc --list-gpu-arch`); each becomes a `-gencode` for SASS, and `X.Y+PTX` adds PTX.
 The variant is named after the CUDA version torch was built with; nvcc must be that
 release. A system nvcc of it is preferred; else the NVIDIA compiler wheels of it in the
-build environment (environments/cuda_wheels.py), which kbuild installs into a managed one."""
+build environment (environments/cuda_wheels.py), which kbuild installs into a managed one.
+A variant for another architecture (aarch64-linux on x86_64) is cross-compiled: this
+machine's nvcc with the cross compiler as its host compiler, the target's CUDA headers and
+libraries from NVIDIA's wheels for it (environments/cuda_cross.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable
 from kernel_builder.compile.backends.common import (
     CXX_SUFFIXES,
     binding_group,
+    compilers,
     cxx_compiler,
     cxx_standard,
     env_target,
@@ -30,7 +34,8 @@ from kernel_builder.compile.backends.common import (
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
-from kernel_builder.environments import cuda_wheels, download_cost
+from kernel_builder.environments import cuda_cross, cuda_wheels, download_cost
+from kernel_builder.environments.cross_target import CrossTarget, compiler_missing, describe_route, target_for
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.environments.store import EnvSpec, creation_cost, find_env, is_managed_env, pypi_flavour
 from kernel_builder.errors import BuildError, KbuildError, UsageError
@@ -310,13 +315,13 @@ def toolkit_root(nvcc: str) -> Path | None:
     return None
 
 
-def cuda_include_dirs(nvcc: str, env: BuildEnv) -> tuple[str, ...]:
+def cuda_include_dirs(nvcc: str, wheels: Path) -> tuple[str, ...]:
     """The toolkit's headers, for .cpp torch glue that the host compiler builds (nvcc adds
     them itself), then the headers of the CUDA libraries torch ships as wheels (cuBLAS,
-    cuSPARSE, ...), which a plain toolkit may lack but ATen/cuda/CUDAContext.h needs."""
-    nvidia = Path(env.torch_dir).parent / "nvidia"
-    wheels = tuple(str(p) for p in sorted(nvidia.glob("*/include")) if p.is_dir())
-    return nvcc_include_dirs(nvcc) + wheels
+    cuSPARSE, ...) installed in `wheels`, which a plain toolkit may lack but
+    ATen/cuda/CUDAContext.h needs."""
+    libraries = tuple(str(p) for p in sorted((wheels / "nvidia").glob("*/include")) if p.is_dir())
+    return nvcc_include_dirs(nvcc) + libraries
 
 
 class CudaBackend(Backend):
@@ -324,12 +329,32 @@ class CudaBackend(Backend):
     macro = "CUDA_KERNEL"
     tool = "nvcc"
     install = "the CUDA toolkit (nvcc) of a CUDA release torch ships"
+    cross_compiles = True
 
     def toolkit_wheels(self, version: tuple[int, int]) -> tuple[str, ...]:
         return tuple(cuda_wheels.requirements(version))
 
     def toolkit_note(self, variant: Variant) -> str | None:
-        return None if variant.backend_version is None else describe_toolkit(variant.backend_version)
+        if variant.backend_version is None:
+            return None
+        cuda = variant.backend_version
+        if target_for(variant.platform) is None:
+            return describe_toolkit(cuda)
+        env = find_env(EnvSpec.for_variant(variant))
+        return (f"{describe_route(variant.platform)}; {describe_toolkit(cuda)} with NVIDIA's "
+                f"{variant.arch} CUDA {cuda[0]}.{cuda[1]} wheels ({cuda_cross.describe_cost(env, cuda)})")
+
+    def _cross_reason(self, manifest: Manifest | None, cuda: tuple[int, int], target: CrossTarget) -> str | None:
+        """Why CUDA `cuda` cannot be cross-built for `target` here: the cross compiler, and
+        this machine's nvcc of that release, which compiles the device code."""
+        missing = compiler_missing(target)
+        if missing:
+            return missing
+        nvcc = nvcc_path()
+        have = nvcc_version(nvcc) if nvcc else None
+        if have != cuda:
+            return cuda_cross.host_nvcc_missing(cuda, target, have)
+        return cuda_bounds_reason(manifest, cuda)
 
     def _toolchain_reason(
         self, manifest: Manifest | None, cuda: tuple[int, int], env: BuildEnv | None, managed: bool
@@ -364,6 +389,9 @@ class CudaBackend(Backend):
 
     def variant_reason(self, manifest: Manifest | None, variant: Variant, env: BuildEnv | None) -> str | None:
         assert variant.backend_version is not None
+        cross = target_for(variant.platform)
+        if cross is not None:
+            return self._cross_reason(manifest, variant.backend_version, cross)
         # Called for variants that a managed environment builds, not `env` (the primary).
         return self._toolchain_reason(manifest, variant.backend_version, None, managed=True)
 
@@ -430,7 +458,9 @@ class CudaBackend(Backend):
         """Install the compiler wheels of the job's release into its managed environment
         when nothing else has that release, saying what they cost (job_nvcc would install
         them silently)."""
-        if job.compiled and self._wheels_needed(job):
+        if job.compiled and target_for(job.variant.platform) is not None:
+            cuda_cross.ensure_wheels(job.env, job.variant.backend_version, say, progress)
+        elif job.compiled and self._wheels_needed(job):
             cuda_wheels.install(job.env, job.variant.backend_version, say, progress)
 
     def _wheels_needed(self, job) -> bool:
@@ -443,6 +473,13 @@ class CudaBackend(Backend):
         """The job's nvcc (nvcc_for), after installing the wheels of its release into its
         managed environment when nothing else has that release."""
         cuda = job.variant.backend_version
+        cross = target_for(job.variant.platform)
+        if cross is not None:
+            cuda_cross.ensure_wheels(job.env, cuda)
+            host = nvcc_path()
+            if host is None or nvcc_version(host) != cuda:
+                raise BuildError(cuda_cross.host_nvcc_missing(cuda, cross, nvcc_version(host) if host else None))
+            return cuda_cross.compose(job.env, cuda, cross, host)
         nvcc = nvcc_for(cuda, job.env)
         if self._wheels_needed(job):
             nvcc = cuda_wheels.install(job.env, cuda)
@@ -457,13 +494,16 @@ class CudaBackend(Backend):
         nvcc = self.job_nvcc(job)
         cuda = job.variant.backend_version
         supported = nvcc_architectures(nvcc)
+        # The CUDA libraries' wheels: beside torch, or a cross build's target wheels.
+        wheels = cuda_cross.wheels_site(env) if env.arch else Path(env.torch_dir).parent
         groups = [binding_group(manifest, CXX_SUFFIXES)]
         for unit in units_for_version(manifest, cuda):
             device_flags = gencode_flags(effective_capabilities(unit, cuda, supported, job.cuda_arch)) + unit.cuda_flags
             groups.append(unit_group(manifest, unit, CUDA_SUFFIXES, device_flags))
             groups.append(unit_group(manifest, unit, CXX_SUFFIXES, unit.cxx_flags))
-        compiler = cxx_compiler()
+        compiler, cache = compilers(job)
         cache = {
+            **cache,
             "CMAKE_CUDA_COMPILER": nvcc,
             # Architectures come from -gencode per unit, never from CMake's default.
             "CMAKE_CUDA_ARCHITECTURES": "OFF",
@@ -477,7 +517,7 @@ class CudaBackend(Backend):
         return torch_spec(
             job, self.macro, ("CXX", "CUDA"), groups,
             language_options=(("CXX", ("-O3",)), ("CUDA", NVCC_FLAGS)),
-            system_includes=cuda_include_dirs(nvcc, env),
+            system_includes=cuda_include_dirs(nvcc, wheels),
             link_libraries=("c10_cuda", "torch_cuda"),
             cache=cache,
         )
