@@ -188,7 +188,8 @@ def test_a_kernel_depending_on_cutlass_4_0_builds_against_exactly_that_release(t
     result = kbuild("build", str(root), "--variant", CUDA_VARIANT, "--cuda-arch", "9.0", "--max-jobs", "1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     # The include path (part of the input hash) names the release and its content digest.
-    cmake = (cache_dir("work", short_key(str(root.resolve())), CUDA_VARIANT) / "CMakeLists.txt").read_text()
+    # (the work tree of a --cuda-arch build is named after its architectures too)
+    cmake = next(cache_dir("work", short_key(str(root.resolve()))).glob(f"{CUDA_VARIANT}*/CMakeLists.txt")).read_text()
     folder = cutlass_headers.tools_root() / cutlass_headers.releases()["cutlass_4_0"].key
     assert folder.name.startswith("4.0.0-") and str(folder / "include") in cmake and str(folder / "tools/util/include") in cmake
     from kernel_builder.environments.store import EnvSpec, find_env
