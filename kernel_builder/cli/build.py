@@ -207,6 +207,8 @@ def _print_build_report(console, report) -> None:
 
 def plan(
     kernel_dir: Path = typer.Argument(Path("."), help="The kernel repo (holding build.toml)."),
+    variant: Optional[List[str]] = typer.Option(
+        None, "--variant", "-V", help="Plan exactly this variant (repeatable), as `kbuild build --variant` builds it."),
     matrix: Optional[str] = MATRIX_OPTION,
     shard: Optional[str] = SHARD_OPTION,
     variant_names: Optional[str] = VARIANT_NAMES_OPTION,
@@ -215,14 +217,19 @@ def plan(
     missing_from: Optional[str] = typer.Option(
         None, "--missing-from", metavar="ORG/NAME@vN",
         help="List only the variants that this version branch of the Hub does not have yet (either naming style)."),
+    with_input_ids: bool = typer.Option(
+        False, "--input-ids",
+        help="Also give each job's input id, the key its output cache entry is stored under (`input-id` in --json): "
+        "its build environment is created where missing and its toolchain prepared; nothing is compiled."),
     as_json: bool = typer.Option(False, "--json", help="Print the jobs as a JSON list."),
 ) -> None:
     """Print the jobs `kbuild build` would run with these options, and why it skips the rest; builds nothing."""
     from kernel_builder.pipeline.options import BuildOptions
     from kernel_builder.pipeline.plan_assembly import plan_table
 
-    options = BuildOptions(matrix=matrix, shard=shard, variant_names=variant_names, env=env, create_env=create_env)
-    table = plan_table(kernel_dir, options, missing_from)
+    options = BuildOptions(variants=tuple(variant or ()), matrix=matrix, shard=shard, variant_names=variant_names,
+                           env=env, create_env=create_env)
+    table = plan_table(kernel_dir, options, missing_from, with_input_ids)
     if as_json:
         print_json(table.rows)
         return
@@ -230,6 +237,9 @@ def plan(
     counts = (f"{len(table.rows)} missing from {missing_from}, {builds} of them build here" if missing_from
               else f"{builds} of {len(table.rows)} build here")
     _print_variant_rows(f"{table.kernel}: {counts} ({table.environments})", table.rows)
+    for row in table.rows if with_input_ids else ():
+        if row.get("input-id"):
+            _console().print(f"{row['variant']}: input id {row['input-id']}", markup=False)
 
 
 def variants(

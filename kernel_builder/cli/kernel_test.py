@@ -22,6 +22,10 @@ def test(
         False, "--clean-env", help="Run the tests with only a minimal allow-list of variables (PATH, HOME, locale, "
         "device selection): no HF_TOKEN or other credentials of yours.",
     ),
+    no_build: bool = typer.Option(
+        False, "--no-build", help="Test the variant build/ holds as it is, even if out of date: nothing is built "
+        "(CI's test jobs, on what their build job made).",
+    ),
     pytest_args: Optional[List[str]] = typer.Argument(None, help="Arguments for pytest, after `--`."),
 ) -> None:
     """Run the kernel's own tests (KERNEL_DIR/tests) against its build: the variant importable by
@@ -33,7 +37,7 @@ def test(
 
     console = _console(stderr=True)
     run = build_and_test(kernel_dir, variant=variant, pytest_args=pytest_args or (), capture=as_json, clean_env=clean_env,
-                         on_wait=lambda m: console.print(escape(m)))
+                         on_wait=lambda m: console.print(escape(m)), build=not no_build)
     if as_json:
         print_json(run.to_json())
     else:

@@ -90,10 +90,16 @@ def build_and_test(
     capture: bool = False,
     clean_env: bool = False,
     on_wait: Callable[[str], None],
+    build: bool = True,
 ) -> TestRun:
     """`kbuild test`: build what is missing (build_for_tests), then run the kernel's tests on
-    it (run_tests_on_build); a failed build stops it (require_built)."""
-    manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=on_wait)
-    require_built(report)
+    it (run_tests_on_build); a failed build stops it (require_built). `build` False: test the
+    variant build/ holds as it is (a CI test job, on the artifact its build job made)."""
+    if build:
+        manifest, report = build_for_tests(kernel_dir, variant=variant, on_wait=on_wait)
+        require_built(report)
+    else:
+        tests_folder(kernel_dir)
+        manifest = load_manifest(kernel_dir)
     return run_tests_on_build(kernel_dir, manifest, variant=variant, pytest_args=pytest_args, capture=capture,
                               clean_env=clean_env)

@@ -163,3 +163,20 @@ def hub_message(error) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith("(Request ID:")]
     return (useful or lines or [type(error).__name__])[0]
+
+
+def next_patch_tag(ref: BranchRef) -> str:
+    """The tag for adding variants to `ref`'s branch (`kbuild publish --add-variants --tag`):
+    vMAJOR.MINOR.(PATCH+1) after the newest tag of that major on the Hub."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo_type = repo_type_of(api, ref.repo_id)
+    refs = call(lambda: api.list_repo_refs(ref.repo_id, repo_type=repo_type), f"list the refs of {ref.repo_id}", ref.repo_id)
+    released = [(int(m["minor"]), int(m["patch"])) for tag in refs.tags
+                if (m := re.fullmatch(rf"v{ref.major}\.(?P<minor>\d+)\.(?P<patch>\d+)", tag.name))]
+    if not released:
+        raise HubReadError(f"{ref.repo_id} has no release tag v{ref.major}.x.y to add variants to "
+                           f"(publish a first release with `kbuild publish --tag {ref.branch}.0.0`)")
+    minor, patch = max(released)
+    return f"{ref.branch}.{minor}.{patch + 1}"

@@ -22,6 +22,7 @@ from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import UsageError
 from kernel_builder.kernel.manifest import Manifest, load_manifest
 from kernel_builder.pipeline.host import judge
+from kernel_builder.pipeline.input_ids import INPUT_ID, input_ids
 from kernel_builder.pipeline.options import BuildOptions
 from kernel_builder.pipeline.plan import Plan, naming_style, plan_build
 from kernel_builder.pipeline.selection import resolve
@@ -92,21 +93,29 @@ def _environments(chooser: EnvChooser) -> str:
     return chooser.primary.describe() if chooser.primary else "no torch in the running interpreter"
 
 
-def plan_table(kernel_dir: Path, options: BuildOptions, missing_from: str | None = None) -> VariantTable:
+def plan_table(kernel_dir: Path, options: BuildOptions, missing_from: str | None = None,
+               with_input_ids: bool = False) -> VariantTable:
     """`kbuild plan`: the jobs `kbuild build` would run with `options`, and its skips. With
     `missing_from` (ORG/NAME@vN), only the variants that branch of the Hub does not have yet
-    (in either naming style): what `kbuild publish --add-variants` would add once built."""
+    (in either naming style): what `kbuild publish --add-variants` would add once built.
+    `with_input_ids`: each row gets its job's input id (kernel_builder.pipeline.input_ids;
+    None for a skip), its build environment created where missing."""
     manifest = load_manifest(kernel_dir)
     ref = parse_branch_ref(missing_from) if missing_from is not None else None
     if ref is not None and ref.major != manifest.general.version:
         raise UsageError(f"--missing-from {missing_from}: {manifest.name}'s build.toml has version = "
                          f"{manifest.general.version}, so its builds go to branch v{manifest.general.version}")
     inputs = assemble_plan(manifest, options)
-    rows = inputs.rows()
+    plan = inputs.plan()
+    rows = plan.rows(inputs.chooser)
     if ref is not None:
         present = variants_on_branch(ref)
         # A row without a variant is a whole backend that builds nothing here: nothing to add.
         rows = [row for row in rows if row["variant"] is not None and not is_on_branch(row["variant"], present)]
+    if with_input_ids:
+        listed = {row["variant"] for row in rows}
+        ids = input_ids((job for job in plan.jobs if job.variant.name in listed), inputs.chooser)
+        rows = [row | {INPUT_ID: ids.get(row["variant"])} for row in rows]
     return VariantTable(inputs.manifest.name, _environments(inputs.chooser), rows)
 
 
