@@ -11,6 +11,7 @@ beyond this machine, a job compiles through one folder named by the kernel and v
                                                 /work          -> the job's work tree (kbuild's cache)
                                                 /site-packages -> the build environment's (torch, CUDA wheels)
                                                 /python        -> the Python headers
+                                                /cutlass       -> kbuild's CUTLASS headers
                                                 /units/...     CUDA translation units (real files)
 
 and the generated project names only those. CMake and Ninja keep a path as given (they do
@@ -43,6 +44,7 @@ from typing import Any, Iterator
 from kernel_builder.compile.cmake import CompileSpec, write_if_changed
 from kernel_builder.compile.job import BuildJob
 from kernel_builder.compile.private_files import own_folder
+from kernel_builder.environments import cutlass_headers
 from kernel_builder.errors import BuildError
 from kernel_builder.file_lock import exclusive_lock
 
@@ -134,6 +136,8 @@ def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
         "work": job.work_dir,
         "site-packages": Path(job.env.torch_dir).parent,
         "python": Path(job.env.python_include),
+        # CUTLASS's headers (environments.cutlass_headers): <version>-<digest>/ under it.
+        "cutlass": cutlass_headers.tools_root(),
     }
     targets = {name: folder.resolve() for name, folder in folders.items()}
     with ExitStack() as stack:
