@@ -11,6 +11,7 @@ beyond this machine, a job compiles through one folder named by the kernel and v
                                                 /work          -> the job's work tree (kbuild's cache)
                                                 /site-packages -> the build environment's (torch, CUDA wheels)
                                                 /python        -> the Python headers
+                                                /kbuild-templates -> kbuild's own sources
                                                 /cutlass       -> kbuild's CUTLASS headers
                                                 /units/...     CUDA translation units (real files)
 
@@ -32,7 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import stat
@@ -43,8 +43,8 @@ from typing import Any, Iterator
 
 from kernel_builder.compile.cmake import CompileSpec, write_if_changed
 from kernel_builder.compile.job import BuildJob
+from kernel_builder.compile.job_folders import remap_paths, runner_folders, spellings
 from kernel_builder.compile.private_files import own_folder
-from kernel_builder.environments import cutlass_headers
 from kernel_builder.errors import BuildError
 from kernel_builder.file_lock import exclusive_lock
 
@@ -68,7 +68,7 @@ class CompilePaths:
         """`spec` as compiled through these paths. Writes the CUDA units it names."""
         if not self.links:
             return spec
-        spec = self._remap(spec)
+        spec = self.remap(spec)
         if self.units is None or self.kernel is None:
             return spec
         units: dict[str, str] = {}
@@ -91,31 +91,19 @@ class CompilePaths:
                 return Path(real + text[len(fixed):])
         return path
 
-    def _remap(self, value: Any) -> Any:
+    def compiled(self, folders: dict[str, Path]) -> tuple[tuple[str, str], ...]:
+        """(path, name) for `folders` (kernel_builder.compile.job_folders) as the compiles
+        spell them: through their links and the CUDA units' folder only, so that the flags
+        that name them are the same on every runner; else as given and resolved."""
+        if not self.links:
+            return spellings(folders)
+        spelled = tuple((self.remap(str(folder)), name) for name, folder in folders.items())
+        return spelled + (((str(self.units), "units"),) if self.units is not None else ())
+
+    def remap(self, value: Any) -> Any:
         """`value` (a dataclass, tuple, dict or string in the spec) with every path under a
         linked folder spelled through its link."""
-        if isinstance(value, str):
-            return self._remap_text(value)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return replace(value, **{f.name: self._remap(getattr(value, f.name)) for f in dataclasses.fields(value)})
-        if isinstance(value, tuple):
-            return tuple(self._remap(item) for item in value)
-        if isinstance(value, dict):
-            return {key: self._remap(item) for key, item in value.items()}
-        return value
-
-    def _remap_text(self, text: str) -> str:
-        # Longest real folder first, so a folder inside another maps to its own link. A real
-        # folder matches only whole path components (/a/b must not rewrite /a/bc).
-        for real, fixed in self.links:
-            start = 0
-            while (at := text.find(real, start)) >= 0:
-                end = at + len(real)
-                if end == len(text) or text[end] in '/"; :,':
-                    text = text[:at] + fixed + text[end:]
-                    end = at + len(fixed)
-                start = end
-        return text
+        return remap_paths(value, self.links)
 
 
 def real_paths(job: BuildJob) -> CompilePaths:
@@ -131,14 +119,7 @@ def fixed_compile_paths(job: BuildJob) -> Iterator[CompilePaths]:
     # there) would let them choose what the compiles read.
     parent = own_folder(ROOT_PARENT, "compile") / job.manifest.python_name
     parent.mkdir(exist_ok=True)
-    folders = {
-        "kernel": job.manifest.root,
-        "work": job.work_dir,
-        "site-packages": Path(job.env.torch_dir).parent,
-        "python": Path(job.env.python_include),
-        # CUTLASS's headers (environments.cutlass_headers): <version>-<digest>/ under it.
-        "cutlass": cutlass_headers.tools_root(),
-    }
+    folders = runner_folders(job)
     targets = {name: folder.resolve() for name, folder in folders.items()}
     with ExitStack() as stack:
         folder = None

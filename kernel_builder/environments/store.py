@@ -59,8 +59,11 @@ def compute_tag(env: BuildEnv) -> str:
     return FALLBACK
 
 
-def describe_compute(compute: str) -> str:
-    """cu130 -> 'CUDA 13.0', cpu -> 'CPU'."""
+def describe_compute(compute: str | None) -> str:
+    """cu130 -> 'CUDA 13.0', cpu -> 'CPU'; None (an environment whose spec this kbuild cannot
+    read, e.g. one a newer kbuild made) -> 'compute unknown'."""
+    if compute is None:
+        return "compute unknown"
     parsed = parse_compute(compute)
     return compute if parsed is None else label(*parsed)
 

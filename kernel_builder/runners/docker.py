@@ -13,6 +13,8 @@ Inside, the same build entry runs as locally, `python -m kernel_builder.cli buil
 - it runs as the calling user (uid:gid), so what it writes is the caller's, not root's;
 - it asks for no GPU and has no network: building needs neither, and a build reads
   nothing but its mounts;
+- it runs on its image's platform, linux/arm64 for an aarch64 variant: natively on an
+  aarch64 machine, through qemu elsewhere (runners/docker_platform.py);
 - on a manylinux_2_28 base, symbol versions beyond it fail the variant (--strict-abi); on
   a newer glibc (another base) they are a warning unless the user gave --strict-abi, and the
   build says which policy its results can meet (docker_images.glibc_policy);
@@ -45,6 +47,7 @@ from kernel_builder.kernel.sources import input_files
 from kernel_builder.paths import cache_dir
 from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task
 from kernel_builder.runners.docker_engine import docker_client
+from kernel_builder.runners.docker_output_cache import cached_build, probe_command
 from kernel_builder.runners.docker_images import (
     HOME,
     MANYLINUX_GLIBC,
@@ -383,6 +386,7 @@ def build_in_container(
 # -- the runner ---------------------------------------------------------------------------
 _LOCAL_ONLY = "; drop it or use --runner local"
 _IN_COMMAND = "the container's kbuild build command"
+_OUTPUT_CACHE = "the host looks each variant's input id (asked of its image) up before its container, uploads after"
 
 
 def forwarded_flags(options, parallelism: Parallelism, portable: bool) -> tuple[str, ...]:
@@ -431,8 +435,8 @@ class DockerRunner(Runner):
         "--dist-fallback-local": Refused("the containers have no network to reach a scheduler" + _LOCAL_ONLY),
         "--cuda-arch": Refused("it restricts a local build to this machine's GPU" + _LOCAL_ONLY),
         "--json": Honoured("kbuild's report, of each container's own --json row"),
-        "--output-cache": Refused("the containers' builds do not reach the store yet" + _LOCAL_ONLY),
-        "--output-cache-mode": Refused("the containers' builds do not reach the store yet" + _LOCAL_ONLY),
+        "--output-cache": Honoured(_OUTPUT_CACHE),
+        "--output-cache-mode": Honoured(_OUTPUT_CACHE),
     }
 
     def compiler_cache(self, request: RunRequest) -> None:
@@ -486,10 +490,22 @@ class DockerRunner(Runner):
                             f"meet {glibc_policy(glibc)}, not manylinux_2_28 (`kbuild check` says which each meets)")
 
         def run(variant: Variant, image: ImageSpec, settings: BuildSettings) -> JobResult:
-            return build_in_container(
-                variant, image, client, lambda portable: self.container(request, variant, image, settings, portable),
-                on_step=lambda step, log: settings.progress.step(variant.name, step, log),
-            )
+            def build() -> JobResult:
+                return build_in_container(
+                    variant, image, client, lambda portable: self.container(request, variant, image, settings, portable),
+                    on_step=lambda step, log: settings.progress.step(variant.name, step, log),
+                )
+
+            if settings.output_cache is None:
+                return build()
+
+            def probe():  # the variant's input id, from a container of its image (docker_output_cache)
+                settings.progress.step(variant.name, "output cache")
+                spec = self.container(request, variant, image, settings, portable=False)
+                spec = replace(spec, command=probe_command(spec.command))
+                return run_container(spec, job_cache_dir(image, variant.name) / "input-id.log", client=client).report
+
+            return cached_build(settings.output_cache, variant, request.out, probe, build)
 
         tasks = [Task(v.name, v.backend, lambda settings, v=v, i=i: run(v, i, settings)) for v, i in found]
         return tasks, skips

@@ -25,6 +25,9 @@ toolkit and platform and is at least its ABI version (stable-ABI code compiles a
 any newer torch). A noarch variant compiles nothing and needs any torch: the newest CPU
 image for this machine's architecture. Metal and macOS variants have no image.
 
+The platform is the variant arch's (linux/arm64 for aarch64, run through qemu on other
+machines: runners/docker_platform.py); the base image must be of that platform.
+
 The tag is `kbuild-build-<family>:torch<M.m>[-<compute>]-<arch>-<hash>`, the hash being
 of the Dockerfile's text, the build args (the base image's name among them) and the
 platform: the same inputs always give the same tag, and any change to them a new one. The
@@ -52,6 +55,7 @@ from kernel_builder.errors import KbuildError
 from kernel_builder.paths import CHECKOUT_DIR, docker_dir
 from kernel_builder.formatting import first_line
 from kernel_builder.redaction import mask_credentials
+from kernel_builder.runners.docker_platform import PLATFORMS, emulated, image_platform, require_runnable
 from kernel_builder.settings import read_environment
 from kernel_builder.variants import Kind, Matrix, Variant, default_matrix
 
@@ -62,7 +66,6 @@ FAMILIES = tuple(sorted(f.name for f in ALL_FACTS if f.name == FALLBACK or f.too
 # What the Dockerfiles install where; the runner's command and environment rely on it.
 VENV = "/opt/kbuild/venv"
 HOME = "/opt/kbuild/home"
-_PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 # The BuildKit secret holding the torch index URL (the Dockerfiles read /run/secrets/<id>).
 TORCH_INDEX_SECRET = "torch-index-url"
 
@@ -143,8 +146,8 @@ def image_for(
             f"{variant.name}: no build image: it needs {needs}, which no Linux container has; "
             "build it on a Mac with --runner local"
         )
-    if variant.arch not in _PLATFORMS:
-        raise KbuildError(f"{variant.name}: no build image for {variant.arch}; images exist for {', '.join(_PLATFORMS)}")
+    if variant.arch not in PLATFORMS:
+        raise KbuildError(f"{variant.name}: no build image for {variant.arch}; images exist for {', '.join(PLATFORMS)}")
     if variant.backend not in FAMILIES:
         raise KbuildError(f"{variant.name}: no build image for backend {variant.backend}")
     if FACTS[variant.backend].x86_only_images and variant.arch != "x86_64":
@@ -193,7 +196,7 @@ def _image(
     if wheels:
         args["TOOLKIT_REQUIREMENTS"] = " ".join(wheels)
     path = dockerfile(family)
-    platform = _PLATFORMS[arch]
+    platform = image_platform(arch)
     label = f"torch{torch[0]}.{torch[1]}{'' if family == FALLBACK else '-' + compute}-{arch}"
     tag = image_tag(family, path.read_text(), args, platform, label)
     return ImageSpec(family, path, args, platform, torch, tag, torch_index=index or "")
@@ -275,8 +278,10 @@ def build_images(
         client = docker_client()
     done = []
     for item in planned:
+        require_runnable(item.image.platform)  # before any build: an emulated platform needs qemu
         # A base remade under the same name (offline-base.sh) is a new input too.
         base = _local_image(client, item.image.build_args["BASE_IMAGE"])  # None: not pulled yet, the build pulls it
+        _require_platform(item.image, base)
         base_id = base.id if base else None
         existing = None if rebuild else _local_image(client, item.image.tag)
         if existing is not None and base_id in (None, (existing.labels or {}).get(BASE_ID_LABEL)):
@@ -308,6 +313,18 @@ def _local_image(client, tag: str):
         return None
 
 
+def _require_platform(image: ImageSpec, base) -> None:
+    """A KbuildError when the local base image is another platform's than `image`'s: the
+    engine keeps one platform per tag, and BuildKit would try to pull the right one."""
+    arch = (base.attrs.get("Architecture") or "") if base is not None else ""
+    wanted = image.platform.split("/")[1]
+    if arch and arch != wanted:
+        raise KbuildError(
+            f"the base image {image.build_args['BASE_IMAGE']} is linux/{arch}, but {image.tag} is a {image.platform} "
+            f"image: give --base-image a {image.platform} base (docker/offline-base.sh bookworm {wanted} makes one)"
+        )
+
+
 def _build(image: ImageSpec, rebuild: bool, base_id: str | None, say: Callable[[str], None]) -> None:
     from kernel_builder.runners.image_builder import build_image
     from kernel_builder.runners.pip_forwarding import forwarded_pip
@@ -316,7 +333,7 @@ def _build(image: ImageSpec, rebuild: bool, base_id: str | None, say: Callable[[
     with forwarded_pip() as pip:
         if image.torch_index:
             pip.add_secret(TORCH_INDEX_SECRET, image.torch_index)
-        platform = None if image.platform == _PLATFORMS.get(host_platform()[0]) else image.platform
+        platform = image.platform if emulated(image.platform) else None
         build_image(image.dockerfile, image.tag, dict(image.build_args), labels, pip,
                     platform=platform, rebuild=rebuild, say=say)
 

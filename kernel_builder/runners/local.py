@@ -24,6 +24,8 @@ from kernel_builder.compile.cmake import build_project, compiled_sources, render
 from kernel_builder.compile.compiler_cache import launcher_settings
 from kernel_builder.compile.fixed_paths import fixed_compile_paths, real_paths
 from kernel_builder.compile.job import BuildJob
+from kernel_builder.compile.job_folders import EMBEDDED_ROOT, job_folders, neutral, reproducible
+from kernel_builder.compile.backends.base import tool_identity, without_tool_path
 from kernel_builder.environments.choice import EnvChooser
 from kernel_builder.errors import BuildError, Interrupted, KbuildError
 from kernel_builder.kernel.manifest import Manifest
@@ -32,17 +34,23 @@ from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner
 from kernel_builder.runners.result import FROM_OUTPUT_CACHE, JobResult, folder_size
 from kernel_builder.runtime.digest import verify_digest
 from kernel_builder.runtime.files import JsonFileError, load_json_file
+from kernel_builder.variants import Variant
 
 
 OUTPUT_CACHE_CHECK = "output-cache"  # the name its warnings go by among a job's checks
 
 
 def job_input_hash(job: BuildJob) -> str:
+    """The job's input id: what it reads and builds with, by content and identity, never by
+    where it is (kernel_builder.compile.job_folders), so that a second checkout or runner with
+    the same kernel, variant and toolchain gets the same id and shares the built variant."""
+    env = job.env
     backend = get_backend(job.backend)
     facts = [
         f"variant {job.variant.name}",
         f"ops {job.ops_name}",
-        f"torch {job.env.torch_version} cxx11={job.env.cxx11_abi} {job.env.torch_dir}",
+        f"torch {env.torch_version} cxx11={env.cxx11_abi} cuda={env.cuda} hip={env.hip} xpu={env.xpu}",
+        f"python {env.python_version}",
         # Whether a commit is recorded, not which: a commit that changes nothing the build
         # reads keeps the build (and the commit it records); the first commit re-stamps it.
         f"git {job.source is not None}",
@@ -50,31 +58,40 @@ def job_input_hash(job: BuildJob) -> str:
         f"python-pins {sorted(python_pins_of(job).items())}",
     ]
     if job.compiled:
-        facts.append(f"spec {backend.compile_spec(job).describe()}")
-        facts += [f"toolchain {t}" for t in backend.toolchain_ids()]
+        folders = job_folders(job)
+        spec = backend.compile_spec(job)
+        # The compilers by what they are (`--version`), not where they are installed.
+        compilers = {key: path for key, path in spec.cache.items() if key.endswith("_COMPILER")}
+        facts.append(f"spec {neutral(spec, {**folders, **compilers}).describe()}")
+        # The order of the compiles' prefix maps (reproducible) follows the folders' lengths,
+        # which differ by runner; what they embed does not.
+        facts.append(f"embedded {EMBEDDED_ROOT}/{{{','.join(sorted(folders))}}}")
+        facts += [f"compiler {key} {tool_identity(path)}" for key, path in sorted(compilers.items())]
+        facts += [f"toolchain {without_tool_path(t)}" for t in backend.toolchain_ids()]
     return input_hash(job.manifest, *facts)
 
 
-def is_up_to_date(job: BuildJob, wanted_hash: str) -> bool:
+def is_up_to_date(dest: Path, wanted_hash: str) -> bool:
+    """Whether the variant folder `dest` is the build of `wanted_hash`, its digests intact."""
     # The bounded reader the loader uses: a planted FIFO, a link to a device or deeply nested
     # JSON in build/ makes the variant out of date (and rebuilt), never a hang or a traceback.
     try:
-        metadata = load_json_file(job.dest / "metadata.json")
+        metadata = load_json_file(dest / "metadata.json")
     except (OSError, JsonFileError):
         return False
     stamp = metadata.get("kbuild") if isinstance(metadata, dict) else None
     if not isinstance(stamp, dict) or stamp.get("input-hash") != wanted_hash:
         return False
-    return not verify_digest(job.dest, metadata)
+    return not verify_digest(dest, metadata)
 
 
-def drop_other_style(job: BuildJob) -> None:
+def drop_other_style(variant: Variant, out_dir: Path) -> None:
     """One build, one folder: the same build under the other naming style (left by a build
     with the other --variant-names) goes, or the runtime would choose between two identical
     builds by folder listing, and both would be published."""
-    twin = job.variant.other_style()
-    if twin is not None and (job.out_dir / twin.name).is_dir():
-        shutil.rmtree(job.out_dir / twin.name)
+    twin = variant.other_style()
+    if twin is not None and (out_dir / twin.name).is_dir():
+        shutil.rmtree(out_dir / twin.name)
 
 
 def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobResult:
@@ -107,15 +124,15 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
         get_backend(job.backend).prepare(job, say=chooser.say, progress=doing)
         settings.tools.raise_if_stopped()
         wanted = job_input_hash(job)
-        if is_up_to_date(job, wanted):
-            drop_other_style(job)
+        if is_up_to_date(job.dest, wanted):
+            drop_other_style(job.variant, job.out_dir)
             return result("up-to-date")
         cache = settings.output_cache
         if cache is not None:
             progress.step(label, "output cache")
             with writing_to(job.out_dir):
                 if cache.fetch(wanted, job.dest, warn=cache_warning):
-                    drop_other_style(job)
+                    drop_other_style(job.variant, job.out_dir)
                     return result("up-to-date", FROM_OUTPUT_CACHE)
         with ExitStack() as held:
             prepared = None
@@ -142,7 +159,7 @@ def run_job(job: BuildJob, chooser: EnvChooser, settings: BuildSettings) -> JobR
             raise BuildError(f"check failed, the previous variant is kept: {'; '.join(failed)}")
         with writing_to(job.out_dir):
             install(staging, job.dest)
-            drop_other_style(job)
+            drop_other_style(job.variant, job.out_dir)
         if cache is not None:
             progress.step(label, "output cache")
             try:
@@ -167,8 +184,10 @@ def compile_job(job: BuildJob, settings: BuildSettings) -> tuple[Path, tuple[str
     chosen = settings.slots.for_job(archs)
     cache = settings.compiler_cache
     shared = cache is not None and cache.shared_beyond_this_machine
+    folders = job_folders(job)
     with fixed_compile_paths(job) if shared else nullcontext(real_paths(job)) as paths:
-        spec = paths.apply(backend.compile_spec(job))
+        # The library names no folder of this runner (job_folders): built anywhere, the same bytes.
+        spec = reproducible(paths.apply(backend.compile_spec(job)), paths.compiled(folders))
         render_project(spec, job.work_dir)
         launchers = launcher_settings(cache, spec.languages)  # empty ones drop an old launcher
         compile_env = cache.job_environment(job.work_dir) if cache else {}

@@ -14,6 +14,7 @@ import pytest
 from kernel_builder.compile import fixed_paths
 from kernel_builder.compile.cmake import CompileSpec, SourceGroup
 from kernel_builder.compile.fixed_paths import CompilePaths, fixed_compile_paths, real_paths
+from kernel_builder.compile.job_folders import reproducible, runner_folders
 from kernel_builder.environments import cutlass_headers
 from kernel_builder.errors import BuildError
 
@@ -74,6 +75,17 @@ def test_the_project_names_only_the_fixed_folder_and_cuda_units_are_real_files(j
         assert spec.link_dirs == (f"{folder}/site-packages/torch/lib",)
         assert spec.options == (f"-I{job.manifest.root}bis", f"--flag={folder}/kernel/x")
         assert paths.real(folder / "work" / "build" / "_relu.abi3.so") == job.work_dir.resolve() / "build" / "_relu.abi3.so"
+
+
+def test_the_prefix_maps_name_only_the_fixed_folder(job):
+    """The -ffile-prefix-map flags (job_folders.reproducible) are part of every compile's cache
+    key: through fixed paths they name the fixed folder only, never the runner's own."""
+    with fixed_compile_paths(job) as paths:
+        folder = paths.work_dir.parent
+        spelled = dict(paths.compiled(runner_folders(job)))
+        assert spelled == {f"{folder}/{name}": name for name in ("kernel", "work", "kbuild-templates", "cutlass", "site-packages", "python", "units")}
+        options = dict(reproducible(spec_of(job), paths.compiled(runner_folders(job))).language_options)
+        assert all(f"={folder}/" in o and str(job.manifest.root) not in o for o in options["CXX"])
 
 
 def test_without_a_shared_cache_the_spec_is_left_as_it_is(job):

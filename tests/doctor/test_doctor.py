@@ -421,3 +421,19 @@ def test_doctor_shows_no_secret_of_the_shared_cache_or_the_scheduler(cli_app, mo
     cache = json.loads(result.output)["compiler_cache"]
     assert "AccountName=acme" in cache["remote"] and "AccountKey=***" in cache["remote"]
     assert cache["dist_scheduler"] == "http://***@127.0.0.1:9/"
+
+
+def test_an_environment_this_kbuild_cannot_read_is_listed_without_a_traceback(cli_app, monkeypatch, tmp_path):
+    """A store shared with another kbuild (a newer one, or a branch's) may hold an environment
+    whose key this one does not parse: doctor lists it with its compute unknown."""
+    from kernel_builder.environments.store import MARKER
+
+    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path))
+    env = tmp_path / "torch214-cu130-riscv64"
+    (env / "bin").mkdir(parents=True)
+    (env / MARKER).write_text(json.dumps({"format": 1, "key": env.name, "torch": "2.14", "compute": "cu130",
+                                          "arch": "riscv64", "torch_version": "2.14.1+cu130",
+                                          "python": str(env / "bin" / "python")}))
+    result = CliRunner().invoke(cli_app, ["doctor"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "torch214-cu130-riscv64" in result.stdout and "compute unknown" in result.stdout

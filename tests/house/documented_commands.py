@@ -98,6 +98,13 @@ RUN_BY_TESTS = {
         "tests/runners/test_docker_engine.py::test_swiglu_cpu_and_cu130_build_in_containers_and_pass_check",
     "kbuild check examples/swiglu/build":
         "tests/runners/test_docker_engine.py::test_swiglu_cpu_and_cu130_build_in_containers_and_pass_check",
+    "docker/offline-base.sh bookworm arm64":
+        "tests/runners/test_docker_aarch64.py::test_relu_builds_in_an_arm64_container_and_passes_check",
+    "kbuild build examples/relu --runner docker --base-image kbuild-offline-base:bookworm-arm64 --variant "
+    "torch214-cxx11-cpu-aarch64-linux":
+        "tests/runners/test_docker_aarch64.py::test_relu_builds_in_an_arm64_container_and_passes_check",
+    "kbuild check examples/relu/build":
+        "tests/runners/test_docker_aarch64.py::test_relu_builds_in_an_arm64_container_and_passes_check",
     # docs/guides/environments.md
     "kbuild doctor": "tests/doctor/test_doctor.py::test_text_report",
     "kbuild env create torch214-cxx11-cu130-x86_64-linux":
@@ -150,6 +157,10 @@ RUN_ELSEWHERE = {
         "downloads from PyPI; the tests have no network",
     "python examples/flash-attn/benchmarks/compare_sdpa.py":
         "a benchmark prints figures; performance is measured by hand, never by a timed test (CONTRIBUTING.md)",
+    "python benchmarks/bench_output_cache.py":
+        "a benchmark prints figures; performance is measured by hand, never by a timed test (CONTRIBUTING.md)",
+    "docker/qemu-binfmt.sh": "registers qemu with the machine's kernel (root): .ci/run runs it before the tests, "
+        "and tests/runners/test_docker_platform.py reads registrations of every state",
     "redis-server --port 6390 --save '' --appendonly no --daemonize yes":
         "the tests start their own loopback redis-server (kernel_builder/testing/sccache_servers.py)",
 }

@@ -52,3 +52,36 @@ def test_a_second_build_dir_installs_from_the_output_cache(relu_cpu, tmp_path):
     assert third["status"] == "built", third
     warnings = [c for c in third["checks"] if c["check"] == "output-cache"]
     assert len(warnings) == 1 and "refused" in warnings[0]["detail"] and warnings[0]["status"] == "warning", third["checks"]
+
+
+def test_a_checkout_at_another_path_with_its_own_cache_installs_from_the_output_cache(relu_cpu, tmp_path):
+    """Issue 34: the input id names no folder, so a second runner (its checkout at another
+    path, its own kbuild cache and work trees) installs the first one's build; and the
+    library itself names no folder of the runner that built it (-ffile-prefix-map), so the
+    entry is the library that runner would have built."""
+    import shutil
+    import sysconfig
+
+    import torch
+
+    store = tmp_path / "store"
+    first = build_json(relu_cpu, tmp_path / "first", "--output-cache", str(store))
+    assert first["status"] == "built", first
+    [library] = (tmp_path / "first" / VARIANT).glob("*.so")
+    data = library.read_bytes()
+    site_packages = Path(torch.__file__).resolve().parents[1]
+    for folder in (relu_cpu.resolve(), site_packages, Path(sysconfig.get_paths()["include"])):
+        assert str(folder).encode() not in data, f"the library names {folder}"
+    assert b"/kbuild/kernel/" in data, "TORCH_CHECK's file names are spelled through /kbuild"
+
+    elsewhere = Path(shutil.copytree(relu_cpu, tmp_path / "runner-b" / "checkouts" / "relu",
+                                     ignore=shutil.ignore_patterns("build", "__pycache__")))
+    second = kbuild("build", str(elsewhere), "--variant", VARIANT, "--json", "--output-cache", str(store),
+                    env={"KBUILD_CACHE_DIR": str(tmp_path / "runner-b" / "cache")}, check=True)
+    (row,) = json.loads(second.stdout)["jobs"]
+    assert (row["status"], row["detail"]) == ("up-to-date", "from the output cache"), row
+    [cached] = (elsewhere / "build" / VARIANT).glob("*.so")
+    assert cached.read_bytes() == data
+    # The up-to-date check uses the same id: a rebuild there does nothing.
+    third = build_json(elsewhere, elsewhere / "build")
+    assert (third["status"], third["detail"]) == ("up-to-date", ""), third

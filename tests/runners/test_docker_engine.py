@@ -173,12 +173,27 @@ def test_swiglu_cpu_and_cu130_build_in_containers_and_pass_check(engine, base_im
     """The issue's acceptance: both variants in containers, the CUDA one with nvcc from
     wheels; `kbuild check` passes both and says which policy they meet; the CPU build
     loads on the host and matches the reference."""
-    kernel, out = copy_example("swiglu", tmp_path), tmp_path / "out"
-    done = kbuild("build", str(kernel), "--runner", "docker", "--base-image", base_image,
-                  "--variant", CPU, "--variant", CU130, "--out", str(out), "--json")
+    kernel, out, store = copy_example("swiglu", tmp_path), tmp_path / "out", tmp_path / "store"
+    both = ("--runner", "docker", "--base-image", base_image, "--variant", CPU, "--variant", CU130, "--json")
+    done = kbuild("build", str(kernel), *both, "--out", str(out), "--output-cache", str(store))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {row["variant"]: row for row in json.loads(done.stdout)["jobs"]}
     assert {rows[v]["status"] for v in (CPU, CU130)} == {"built"}, rows
+
+    # The output cache, reached from the host: each variant went up under the id its container
+    # stamped; a second checkout (another path) into a fresh folder installs both from the
+    # store, verified, with no build container.
+    stamped = {json.loads((out / v / "metadata.json").read_text())["kbuild"]["input-hash"] for v in (CPU, CU130)}
+    assert {p.stem for p in store.glob("*.tar")} == stamped
+    second = copy_example("swiglu", tmp_path / "second-checkout")
+    again = kbuild("build", str(second), *both, "--out", str(tmp_path / "again"), "--output-cache", str(store),
+                   "--output-cache-mode", "read")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for row in json.loads(again.stdout)["jobs"]:
+        assert (row["status"], row["detail"], row["checks"]) == ("up-to-date", "from the output cache", []), row
+    for variant in (CPU, CU130):
+        [first_library], [cached_library] = (out / variant).glob("*.so"), (tmp_path / "again" / variant).glob("*.so")
+        assert first_library.read_bytes() == cached_library.read_bytes()
     for variant in (CPU, CU130):
         log = Path(rows[variant]["log"]).read_text()
         assert log.startswith("$ docker run"), "built in a container"

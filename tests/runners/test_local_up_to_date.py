@@ -13,12 +13,12 @@ from pathlib import Path
 # In its own interpreter, with an address-space cap and a timeout: the unbounded read this
 # guards against hangs on a FIFO and eats memory on /dev/zero.
 CHECK = """
-    import resource, sys, types
+    import resource, sys
     from pathlib import Path
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     from kernel_builder.runners.local import is_up_to_date
     for dest in sys.argv[1:]:
-        print(Path(dest).name, is_up_to_date(types.SimpleNamespace(dest=Path(dest)), "wanted"))
+        print(Path(dest).name, is_up_to_date(Path(dest), "wanted"))
 """
 
 

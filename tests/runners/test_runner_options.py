@@ -34,6 +34,7 @@ from kernel_builder.kernel.manifest import load_manifest
 from kernel_builder.runners import RUNNER_CLASSES, get_runner
 from kernel_builder.runners.base import Honoured, Refused, Task
 from kernel_builder.runners.docker import DockerRunner
+from kernel_builder.runners.docker_output_cache import probe_command
 from kernel_builder.runners.result import JobResult
 from kernel_builder.variants import Style, Variant
 
@@ -276,6 +277,11 @@ REACHES: dict[str, dict[str, Check]] = {
         "--import-check": lambda job, k: "--no-import-check" in job.command,
         "--compiler-cache": lambda job, k: "--no-compiler-cache" in job.command and "CCACHE_DIR" not in job.container.environment,
         "--json": lambda job, k: _report_as_json(job, k),
+        # The host reaches the store (tests/runners/test_docker_output_cache.py); the id comes
+        # from the same image with the build's own arguments.
+        "--output-cache": lambda job, k: job.settings.output_cache.url == str(k.parent / "store")
+        and job.settings.output_cache.writable and probe_command(tuple(job.command))[3:] == tuple(job.command[4:]),
+        "--output-cache-mode": lambda job, k: job.settings.output_cache.mode == "read" and not job.settings.output_cache.writable,
     },
     "local": {
         "KERNEL_DIR": lambda job, k: job.request.manifest.root == k.resolve(),

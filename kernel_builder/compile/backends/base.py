@@ -86,6 +86,12 @@ class Backend(ABC):
         (`kbuild variants` adds it to the environment); None by default."""
         return None
 
+    def toolkit_folders(self, job: "BuildJob") -> dict[str, "Path"]:
+        """The job's toolkit folders whose place differs between machines (the CUDA
+        toolkit's), by name: kernel_builder.compile.job_folders keeps them out of the input id
+        and the library. None by default: system compilers live in system folders."""
+        return {}
+
     def toolkit_wheels(self, version: tuple[int, int]) -> tuple[str, ...]:
         """The pip requirements that install this backend's toolkit `version` (a build image
         installs them: TOOLKIT_REQUIREMENTS); () where its image installs the toolkit another
@@ -137,6 +143,27 @@ def tool_version(tool: str, flag: str = "--version") -> str | None:
         return None
     lines = (out.stdout or out.stderr).strip().splitlines()
     return f"{path}: {lines[0] if lines else 'unknown version'}"
+
+
+_FOLDER_LINES = ("InstalledDir:", "Configuration file:", "Found candidate GCC installation:", "Selected GCC installation:")
+
+
+@functools.cache
+def tool_identity(tool: str) -> str:
+    """`tool --version` in full, without the lines that name a folder (clang's InstalledDir,
+    the tool's own path): which compiler it is, wherever it is installed."""
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown version"
+    lines = [line.strip() for line in (out.stdout or out.stderr).splitlines()]
+    kept = [line for line in lines if line and not line.startswith(_FOLDER_LINES) and not re.search(r"(^|[\s=:])/", line)]
+    return "; ".join(kept) or "unknown version"
+
+
+def without_tool_path(tool_id: str) -> str:
+    """A toolchain id (`tool_version`: "/usr/bin/g++: g++ (Debian 12.2.0-14) 12.2.0") without its path."""
+    return re.sub(r"^/\S*: ", "", tool_id)
 
 
 def short_version(line: str | None) -> str | None:

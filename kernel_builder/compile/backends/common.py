@@ -183,7 +183,7 @@ def namespace_groups(groups: list[SourceGroup], registering: frozenset[str], ops
     return split
 
 
-def _merged_options(
+def merged_options(
     pairs: tuple[tuple[str, tuple[str, ...]], ...], extra: tuple[tuple[str, tuple[str, ...]], ...]
 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(language, options) pairs with `extra`'s options appended to the same language's."""
@@ -214,12 +214,12 @@ def torch_spec(
         definitions = (target_version_define(job.variant.torch),) + definitions
     if job.variant.os == "linux":
         # One copy of each static per kernel, not per process (kernel_builder.compile.unique_symbols).
-        language_options = _merged_options(language_options, unique_symbols.language_options(languages, fields.get("cache", {})))
+        language_options = merged_options(language_options, unique_symbols.language_options(languages, fields.get("cache", {})))
     if job.variant.os == "linux" and "CXX" in languages:
         # Within manylinux_2_28 on a newer glibc (kernel_builder.compile.glibc_compat).
         groups = [*groups, glibc_compat.compat_group()]
         files += ((glibc_compat.HEADER, glibc_compat.header_text()),)
-        language_options = _merged_options(language_options, glibc_compat.force_include_options(job.work_dir, languages))
+        language_options = merged_options(language_options, glibc_compat.force_include_options(job.work_dir, languages))
     present = [g for g in groups if g is not None]
     return CompileSpec(
         source_order=source_order(job.manifest, job.variant.backend),

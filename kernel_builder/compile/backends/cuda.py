@@ -308,6 +308,16 @@ def nvcc_include_dirs(nvcc: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(Path(p).resolve()) for p in found if Path(p).is_dir()))
 
 
+def toolkit_root(nvcc: str) -> Path | None:
+    """The CUDA toolkit's folder (holding bin/nvcc) that `nvcc`'s headers are in, also when
+    `nvcc` on PATH is a wrapper script elsewhere; None when it cannot tell."""
+    for include in nvcc_include_dirs(nvcc):
+        for folder in Path(include).parents:
+            if (folder / "bin" / "nvcc").is_file():
+                return folder
+    return None
+
+
 def cuda_include_dirs(nvcc: str, env: BuildEnv) -> tuple[str, ...]:
     """The toolkit's headers, for .cpp torch glue that the host compiler builds (nvcc adds
     them itself), then the headers of the CUDA libraries torch ships as wheels (cuBLAS,
@@ -401,6 +411,10 @@ class CudaBackend(Backend):
             return None
         size = "size unknown" if route.cost is None else route.cost.describe(["torch"])
         return f"{route.command()} builds with NVIDIA's compiler wheels, no CUDA toolkit needed: {size}, once"
+
+    def toolkit_folders(self, job) -> dict[str, Path]:
+        root = toolkit_root(self.job_nvcc(job)) if job.compiled else None
+        return {"cuda": root} if root is not None else {}
 
     def toolchain_ids(self) -> tuple[str, ...]:
         nvcc = nvcc_path()
