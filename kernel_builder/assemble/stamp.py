@@ -16,6 +16,7 @@ from kernel_builder.kernel import sources
 from kernel_builder.compile.backends import get_backend
 from kernel_builder.kernel.fusion import load_fusions, stamp_layouts
 from kernel_builder.compile.job import BuildJob
+from kernel_builder.environments import python_pins
 from kernel_builder.kernel.provenance import kbuild_git_state
 from kernel_builder.kernel.registration import registration_files
 from kernel_builder.paths import templates_dir
@@ -153,12 +154,21 @@ def build_metadata(job: BuildJob, files: dict[str, str], input_hash: str) -> dic
         # kbuild's own bookkeeping; the runtime ignores unknown keys.
         "kbuild": {"input-hash": input_hash, "variant": job.variant.name, "torch": job.env.torch_version},
     })
+    pins = python_pins_of(job)
+    if pins:  # the releases its import check and `kbuild test` install (environments.python_pins)
+        metadata["kbuild"][python_pins.STAMP_KEY] = pins
     if job.manifest.general.build_layout == ZIP:
         metadata["build-layout"] = ZIP  # absent means "files", which every kernels release reads
     minver = required_kernels_version(job)
     if minver is not None:
         metadata["kernels-minver"] = minver
     return metadata
+
+
+def python_pins_of(job: BuildJob) -> dict[str, str]:
+    """kernel-builder's pinned release of each python-depends entry the variant declares."""
+    pins = python_pins.kernel_pins(job.manifest.root)
+    return {name: pins[name] for name in job.manifest.general.all_python_depends(job.backend) if name in pins}
 
 
 def install(staging: Path, dest: Path) -> None:

@@ -64,7 +64,14 @@ def tracking(call, owned):
 
 torch.ops.load_library = tracking(torch.ops.load_library, lambda path, *rest: ours(str(path)))
 torch.library.Library.define = tracking(torch.library.Library.define, lambda *args: ours(caller()))
-load_local(folder, backend=backend or None, verify=False)
+kernel = load_local(folder, backend=backend or None, verify=False)
+# A package that imports its _ops only when an op is first called (kernels-community's msa) has
+# loaded no library yet: load it as that first call would, so its registrations are seen too.
+try:
+    __import__(kernel.__name__ + "._ops")
+except ModuleNotFoundError as e:
+    if e.name != kernel.__name__ + "._ops":
+        raise
 namespace = read_metadata(folder)["id"] + "::"
 ops = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(namespace))
 print(json.dumps({"ops": ops, "outside": sorted(n for n in registered if not n.startswith(namespace))}))

@@ -12,6 +12,7 @@ beyond this machine, a job compiles through one folder named by the kernel and v
                                                 /site-packages -> the build environment's (torch, CUDA wheels)
                                                 /python        -> the Python headers
                                                 /kbuild-templates -> kbuild's own sources
+                                                /cutlass       -> kbuild's CUTLASS headers
                                                 /units/...     CUDA translation units (real files)
 
 and the generated project names only those. CMake and Ninja keep a path as given (they do

@@ -1,6 +1,6 @@
 """The folders of a build job whose place differs from runner to runner: the kernel's checkout,
 its work tree (in kbuild's cache), the build environment's site-packages and Python headers,
-kbuild's own templates and the backend's toolkit (the CUDA toolkit's folder).
+kbuild's own templates, kbuild's CUTLASS headers and the backend's toolkit (the CUDA toolkit's folder).
 
 Two things must not depend on where those folders are, or a second runner (another checkout
 path, another environment folder) could never share a built variant (issue 34):
@@ -29,6 +29,7 @@ from kernel_builder.compile.backends import get_backend
 from kernel_builder.compile.backends.common import merged_options
 from kernel_builder.compile.cmake import CompileSpec
 from kernel_builder.compile.job import BuildJob
+from kernel_builder.environments import cutlass_headers
 from kernel_builder.paths import templates_dir
 
 # Where a compiled library says its sources were: no runner's real folder.
@@ -41,7 +42,9 @@ _HOST_OPTION = {"CXX": "{}", "HIP": "{}", "CUDA": "-Xcompiler={}"}
 
 def runner_folders(job: BuildJob) -> dict[str, Path]:
     """The job's checkout, work tree and environment, and kbuild's templates (what fixed_paths links)."""
-    folders = {"kernel": job.manifest.root, "work": job.work_dir, "kbuild-templates": templates_dir()}
+    folders = {"kernel": job.manifest.root, "work": job.work_dir, "kbuild-templates": templates_dir(),
+               # CUTLASS's headers, <version>-<digest>/ in it (environments.cutlass_headers).
+               "cutlass": cutlass_headers.tools_root()}
     if job.env is not None:
         folders["site-packages"] = Path(job.env.torch_dir).parent
         folders["python"] = Path(job.env.python_include)

@@ -110,11 +110,13 @@ def compile_library(
     """Compile and link `work_dir/<ops_name>.so` for `backend` (cpu: g++; cuda: nvcc for the .cu
     files, each unit's capabilities or the defaults of nvcc's release, cudart linked statically);
     every command and its output go to `log`. Raises CalledProcessError on a failing compile."""
-    from kernel_builder.compile.backends.cuda import effective_capabilities, gencode_flags, units_for_version
+    from kernel_builder.compile.backends.cuda import cutlass_includes, effective_capabilities, gencode_flags, units_for_version
 
     cxx = os.environ.get("CXX") or shutil.which("g++") or "c++"
     macro = f"-D{backend.upper()}_KERNEL"
     common = [macro, f"-DTVM_FFI_EXTENSION_NAME={ops_name}", *(f"-I{d}" for d in toolchain.include)]
+    if backend == "cuda" and nvcc is not None:  # the CUTLASS its units depend on, for every source
+        common += [f"-I{d}" for d in cutlass_includes(manifest, nvcc.version)]
     framework = manifest.other
     work_dir.mkdir(parents=True, exist_ok=True)
     commands: list[list[str]] = []

@@ -3,7 +3,8 @@ interpreter that has them on top of a build environment's torch.
 
 What a kernel needs (`RuntimeNeeds`) is read from two places, by one scanner:
 - its declared `python-depends` (build.toml, or metadata.json of a built variant), mapped to pip
-  names the way the kernels runtime maps them (its python_depends.json: tvm-ffi -> apache-tvm-ffi);
+  names the way the kernels runtime maps them (its python_depends.json: tvm-ffi -> apache-tvm-ffi)
+  at the release kernel-builder pins for the kernel (python_pins: nvidia-cutlass-dsl==4.5.0);
 - the imports of its Python package: every absolute `import x` / `from x import` whose top-level
   module is not the standard library, torch, the package itself or a declared dependency, as the
   distribution that provides it (import_names: `attr` is attrs). A module no known distribution
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kernel_builder.paths import cache_dir, short_key
+from kernel_builder.environments import python_pins
 from kernel_builder.environments.import_names import installed_modules, provider
 from kernel_builder.environments.pip_run import pip_reason
 from kernel_builder.errors import KbuildError
@@ -67,17 +69,6 @@ class RuntimeNeeds:
         return [(module, why) for module, why in self.unresolved if not installed.get(module)]
 
 
-# python-depends name -> pip name, as the kernels runtime (0.19.1 python_depends.json) maps them.
-_DEPENDS_PIP = {
-    "einops": "einops",
-    "helion": "helion",
-    "tvm-ffi": "apache-tvm-ffi",
-    "nvidia-cutlass-dsl": "nvidia-cutlass-dsl",
-    "onednn": "onednn-devel",
-    "nki": "nki",
-}
-# The module each python-depends entry provides, so a scanned import of it is not a second need.
-_DEPENDS_IMPORT = {"tvm-ffi": "tvm_ffi", "nvidia-cutlass-dsl": "cutlass", "onednn": "onednn"}
 # Always present wherever torch is (torch's own dependencies), never a need.
 _WITH_TORCH = {"torch", "typing_extensions", "sympy", "networkx", "jinja2", "filelock", "fsspec"}
 
@@ -85,7 +76,7 @@ _WITH_TORCH = {"torch", "typing_extensions", "sympy", "networkx", "jinja2", "fil
 def kernel_runtime_needs(manifest, backend: str) -> RuntimeNeeds:
     """The runtime needs of a kernel repo's `backend` variant (build.toml + torch-ext/<python_name>/)."""
     depends = list(manifest.general.all_python_depends(backend))
-    return _needs(depends, manifest.package_dir, manifest.python_name, "build.toml")
+    return _needs(depends, manifest.package_dir, manifest.python_name, "build.toml", python_pins.kernel_pins(manifest.root))
 
 
 def variant_runtime_needs(folder: Path, metadata: dict) -> RuntimeNeeds:
@@ -94,16 +85,16 @@ def variant_runtime_needs(folder: Path, metadata: dict) -> RuntimeNeeds:
     name = metadata.get("name", "").replace("-", "_") or folder.name
     # As the runtime imports it: the variant folder itself, or the package one level down.
     package = folder / name if not (folder / "__init__.py").is_file() and (folder / name).is_dir() else folder
-    return _needs(metadata.get("python-depends", []), package, name, "metadata.json")
+    return _needs(metadata.get("python-depends", []), package, name, "metadata.json", python_pins.variant_pins(metadata))
 
 
-def _needs(depends: Iterable[str], package_dir: Path, python_name: str, declared_in: str) -> RuntimeNeeds:
+def _needs(depends: Iterable[str], package_dir: Path, python_name: str, declared_in: str, pins: dict[str, str]) -> RuntimeNeeds:
     packages: dict[str, str] = {}
     provided = set()
     for dep in depends:
-        pip_name = _DEPENDS_PIP.get(dep, dep)
-        packages.setdefault(pip_name, f"{declared_in} python-depends lists {dep}")
-        provided.add(_DEPENDS_IMPORT.get(dep, dep.replace("-", "_")))
+        # kernel-builder's release of it (python_pins): the newest can lack what the kernel uses.
+        packages.setdefault(python_pins.requirement(dep, pins), f"{declared_in} python-depends lists {dep}")
+        provided.add(python_pins.module(dep))
     skip = set(sys.stdlib_module_names) | _WITH_TORCH | provided | {python_name, "_ops", "__future__"}
     unresolved: dict[str, str] = {}
     for module, where in _third_party_imports(package_dir):
@@ -240,7 +231,17 @@ def missing_requirements(base_python: str, packages: Sequence[str]) -> dict[str,
 
 def _missing(base: dict, packages: Sequence[str]) -> dict[str, str]:
     wanted = sorted(set(packages))
-    return {p: _pin_to_torch(p, base["torch"]) for p in wanted if _normalize(p) not in base["dists"]}
+    return {p: _pin_to_torch(p, base["torch"]) for p in wanted if not _satisfied(p, base["dists"])}
+
+
+def _satisfied(requirement: str, dists: dict[str, str]) -> bool:
+    """The base has the package, and the pinned release where `requirement` pins one
+    (`nvidia-cutlass-dsl==4.5.0`): a base with another release gets the pin in the overlay."""
+    have = dists.get(_normalize(requirement))
+    if have is None:
+        return False
+    _, _, pinned = requirement.partition("==")
+    return not pinned or have == pinned
 
 
 def _touch(ready: Path) -> None:
@@ -340,7 +341,7 @@ _BASE_PROBE = """
 import json, site, sys, sysconfig
 from importlib import metadata
 paths = [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")] + [p for p in sys.path if p.endswith("site-packages")]
-dists = sorted({(d.metadata["Name"] or "") for d in metadata.distributions()})
+dists = sorted({(d.metadata["Name"] or "", d.version or "") for d in metadata.distributions()})
 try:
     torch = metadata.version("torch")
 except metadata.PackageNotFoundError:
@@ -355,7 +356,7 @@ def _base_info(base_python: str) -> dict:
     except (OSError, subprocess.CalledProcessError) as exc:
         raise RuntimeEnvError(f"cannot run the base interpreter {base_python}: {exc}") from None
     info = json.loads(out)
-    info["dists"] = {_normalize(d) for d in info["dists"] if d}
+    info["dists"] = {_normalize(name): version for name, version in info["dists"] if name}
     return info
 
 

@@ -27,6 +27,7 @@ from kernel_builder.checks.tvm_ffi_import import check_tvm_ffi_import
 from kernel_builder.checks.variant_checks import _as_warning, check_abi, check_gnu_unique, check_metadata, check_needed
 from kernel_builder.compile.backends.cuda import nvcc_missing
 from kernel_builder.compile.tvm_ffi import Library, Nvcc, TvmFfiToolchain, compile_library, find_nvcc, find_toolchain
+from kernel_builder.environments import cutlass_headers
 from kernel_builder.environments.runtime_overlay import RuntimeEnvError
 from kernel_builder.errors import BuildError, UsageError
 from kernel_builder.kernel import sources
@@ -108,9 +109,11 @@ def build_tvm_ffi(
 
 
 def input_hash(manifest: Manifest, toolchain: TvmFfiToolchain, kernel_id: str) -> str:
-    """What a variant was built from: the sources (in the id), apache-tvm-ffi, kbuild's templates."""
+    """What a variant was built from: the sources (in the id), apache-tvm-ffi, kbuild's templates,
+    the CUTLASS releases its units depend on (their folder names: version and content digest)."""
     template = (templates_dir("build") / "_ops_tvm_ffi.py.j2").read_bytes()
-    return short_key(json.dumps([kernel_id, toolchain.version, short_key(template.decode()), _compile_module_key()]))
+    cutlass = [r.key for r in cutlass_headers.wanted(d for u in manifest.units for d in u.depends)]
+    return short_key(json.dumps([kernel_id, toolchain.version, short_key(template.decode()), _compile_module_key(), *cutlass]))
 
 
 def _compile_module_key() -> str:
@@ -130,8 +133,10 @@ def _build_variant(
         return JobResult(name, backend, SKIPPED, detail=f"Rust unit {', '.join(rust)}: kbuild does not build Rust units yet; "
                          "kernel-builder builds them with cargo")
     depends = sorted({d for u in manifest.units_for(backend) for d in u.depends})
-    if depends:
-        return JobResult(name, backend, SKIPPED, detail=f"depends {depends} of a [tvm-ffi] {backend} unit: kbuild builds none yet")
+    # CUTLASS's headers are the one dependency kbuild provides (cuda only, as kernel-builder).
+    unprovided = [d for d in depends if not (backend == "cuda" and d.startswith(cutlass_headers.PREFIX))]
+    if unprovided:
+        return JobResult(name, backend, SKIPPED, detail=f"depends {unprovided} of a [tvm-ffi] {backend} unit: kbuild builds none yet")
     kernel_id, source = kernel_identity(manifest)
     ops_name = f"_{manifest.python_name}_{backend}_{kernel_id}"
     wanted_hash = input_hash(manifest, toolchain, kernel_id)

@@ -15,7 +15,7 @@ from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 from kernel_builder.assemble.output_cache import OutputCacheError
-from kernel_builder.assemble.stamp import install, stage_variant
+from kernel_builder.assemble.stamp import install, python_pins_of, stage_variant
 from kernel_builder.checks.import_process import ImportProcess
 from kernel_builder.checks.variant_checks import FAILED as CHECK_FAILED
 from kernel_builder.checks.variant_checks import WARNING, CheckResult, check_variant
@@ -55,6 +55,8 @@ def job_input_hash(job: BuildJob) -> str:
         # Whether a commit is recorded, not which: a commit that changes nothing the build
         # reads keeps the build (and the commit it records); the first commit re-stamps it.
         f"git {job.source is not None}",
+        # The python-depends releases metadata.json records (environments.python_pins).
+        f"python-pins {sorted(python_pins_of(job).items())}",
     ]
     if job.compiled:
         folders = job_folders(job)

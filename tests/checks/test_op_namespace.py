@@ -52,3 +52,21 @@ def test_ops_registered_outside_the_namespace_fail_the_import_check(shared_stati
         f"registers {theirs}::next_count, myops::leak outside its op namespace {metadata['id']}: register with "
         "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ...) in C++ and add_op_namespace_prefix(...) from _ops in Python"
     )
+
+
+def test_a_package_that_imports_its_ops_lazily_passes_with_its_ops_counted(shared_static, tmp_path):
+    """kernels-community's msa imports `_ops` only inside the functions that call an op: importing
+    the package loads no library (kernel-builder's import check passes it), so the check loads
+    `_ops` as the first call would and finds the ops registered under the variant's id."""
+    ours, _ = (next((root / "build").iterdir()) for root in shared_static)
+    folder = tmp_path / ours.name
+    shutil.copytree(ours, folder)
+    init = folder / "__init__.py"
+    init.write_text("def lazily():\n    from ._ops import ops\n    return ops\n")
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["digest"]["files"] = hash_variant(folder)
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+
+    report = check_variant(folder, import_check=True, strict_abi=False, python=sys.executable)
+    checks = {r.check: r for r in report.results}
+    assert checks["import"].status == OK and "registers 1 op" in checks["import"].detail, checks["import"].detail

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +15,7 @@ from kernel_builder.compile import fixed_paths
 from kernel_builder.compile.cmake import CompileSpec, SourceGroup
 from kernel_builder.compile.fixed_paths import CompilePaths, fixed_compile_paths, real_paths
 from kernel_builder.compile.job_folders import reproducible, runner_folders
+from kernel_builder.environments import cutlass_headers
 from kernel_builder.errors import BuildError
 
 
@@ -55,6 +57,10 @@ def test_the_project_names_only_the_fixed_folder_and_cuda_units_are_real_files(j
         assert (folder / "kernel").resolve() == job.manifest.root.resolve()
         assert (folder / "work").resolve() == job.work_dir.resolve()
         assert (folder / "site-packages").resolve() == Path(job.env.torch_dir).parent.resolve()
+        # CUTLASS's headers (a unit's depends) are read through the fixed folder too.
+        assert (folder / "cutlass").resolve() == cutlass_headers.tools_root().resolve()
+        cutlass = cutlass_headers.tools_root() / "4.0.0-0123456789abcdef" / "include"
+        assert paths.apply(replace(spec_of(job), includes=(str(cutlass),))).includes == (f"{folder}/cutlass/4.0.0-0123456789abcdef/include",)
         spec = paths.apply(spec_of(job))
         unit = folder / "units" / "relu_cuda" / "relu.cu"
         assert spec.groups[0] == SourceGroup((str(unit),), options=("-O3",))
@@ -77,7 +83,7 @@ def test_the_prefix_maps_name_only_the_fixed_folder(job):
     with fixed_compile_paths(job) as paths:
         folder = paths.work_dir.parent
         spelled = dict(paths.compiled(runner_folders(job)))
-        assert spelled == {f"{folder}/{name}": name for name in ("kernel", "work", "kbuild-templates", "site-packages", "python", "units")}
+        assert spelled == {f"{folder}/{name}": name for name in ("kernel", "work", "kbuild-templates", "cutlass", "site-packages", "python", "units")}
         options = dict(reproducible(spec_of(job), paths.compiled(runner_folders(job))).language_options)
         assert all(f"={folder}/" in o and str(job.manifest.root) not in o for o in options["CXX"])
 

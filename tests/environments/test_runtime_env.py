@@ -33,7 +33,10 @@ def test_needs_are_python_depends_plus_third_party_imports(tmp_path):
         "import os, torch, requests\nfrom . import x\ntry:\n    import triton\nexcept ImportError:\n    triton = None\n"
     )
     needs = variant_runtime_needs(folder, {"name": "pkg", "python-depends": ["tvm-ffi", "nvidia-cutlass-dsl"]})
-    assert needs.packages == ("apache-tvm-ffi", "nvidia-cutlass-dsl", "requests")
+    # At kernel-builder's newest pins where the variant's stamp records none (python_pins).
+    assert needs.packages == ("apache-tvm-ffi==0.1.9", "nvidia-cutlass-dsl==4.6.1", "requests")
+    stamped = {"name": "pkg", "python-depends": ["nvidia-cutlass-dsl"], "kbuild": {"python-pins": {"nvidia-cutlass-dsl": "4.5.0"}}}
+    assert variant_runtime_needs(folder, stamped).packages == ("nvidia-cutlass-dsl==4.5.0", "requests")
 
 
 def test_an_import_no_known_distribution_provides_is_named_never_installed_by_its_name(tmp_path):

@@ -117,17 +117,17 @@ def test_a_second_build_is_up_to_date(tvm_relu):
 
 
 def test_a_kernel_with_no_buildable_backend_fails_with_the_reason(tmp_path):
-    """kernel-builder's cutlass-gemm-tvm-ffi shape (a cuda unit that depends on CUTLASS, and xpu):
-    nothing compiles here."""
+    """A cuda unit with a dependency kbuild does not provide (CUTLASS it does: cutlass-gemm-tvm-ffi's
+    cutlass_3_6 builds, tests/compile/test_cutlass_depends.py), and xpu: nothing compiles here."""
     root = Path(shutil.copytree(FIXTURE, tmp_path / "tvm-ffi-relu"))
     toml = root / "build.toml"
     text = toml.read_text().replace('backends = ["cpu", "cuda", "xpu"]', 'backends = ["cuda", "xpu"]')
-    toml.write_text(text.replace('backend = "cuda"\ndepends = []', 'backend = "cuda"\ndepends = ["cutlass_3_6"]'))
+    toml.write_text(text.replace('backend = "cuda"\ndepends = []', 'backend = "cuda"\ndepends = ["sycl_tla"]'))
     result = kbuild("build", str(root))
     assert result.returncode == 1
     said = " ".join(result.stdout.split())
     assert "kbuild builds [tvm-ffi] kernels for cpu and cuda only so far" in said
-    assert "depends ['cutlass_3_6'] of a [tvm-ffi] cuda unit: kbuild builds none yet" in said or "nvcc" in said
+    assert "depends ['sycl_tla'] of a [tvm-ffi] cuda unit: kbuild builds none yet" in said or "nvcc" in said
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert errors == ["kbuild: error: nothing to build for 'tvm-ffi-relu' on this machine: every backend was skipped"]
     assert not (root / "build").exists() or not any((root / "build").iterdir())

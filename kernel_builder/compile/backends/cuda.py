@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernel_builder.compile.backends.base import Backend, Toolchain, Unavailable, dotted, tool_version
@@ -34,7 +34,7 @@ from kernel_builder.compile.backends.common import (
     unit_group,
 )
 from kernel_builder.compile.cmake import CompileSpec
-from kernel_builder.environments import cuda_cross, cuda_wheels, download_cost
+from kernel_builder.environments import cuda_cross, cuda_wheels, cutlass_headers, download_cost
 from kernel_builder.environments.cross_target import CrossTarget, compiler_missing, describe_route, target_for
 from kernel_builder.environments.probe import BuildEnv
 from kernel_builder.environments.store import EnvSpec, creation_cost, find_env, is_managed_env, pypi_flavour
@@ -284,6 +284,14 @@ def units_for_version(manifest: Manifest, cuda: tuple[int, int]) -> tuple[Kernel
     )
 
 
+def cutlass_includes(manifest: Manifest, cuda: tuple[int, int], say=lambda line: None) -> tuple[str, ...]:
+    """The include folders of every CUTLASS release the units CUDA `cuda` builds depend on,
+    fetched first if need be (environments/cutlass_headers.py): a release kbuild cannot provide
+    fails the job here, before anything compiles."""
+    depends = [d for u in units_for_version(manifest, cuda) for d in u.depends]
+    return tuple(d for release in cutlass_headers.wanted(depends) for d in cutlass_headers.include_dirs(release, say))
+
+
 def cuda_bounds_reason(manifest: Manifest | None, cuda: tuple[int, int]) -> str | None:
     """Why the kernel's `[general.cuda] minver/maxver` exclude this CUDA version, or None."""
     return manifest.toolkit_reason("cuda", cuda) if manifest else None
@@ -462,6 +470,8 @@ class CudaBackend(Backend):
             cuda_cross.ensure_wheels(job.env, job.variant.backend_version, say, progress)
         elif job.compiled and self._wheels_needed(job):
             cuda_wheels.install(job.env, job.variant.backend_version, say, progress)
+        if job.compiled:
+            cutlass_includes(job.manifest, job.variant.backend_version, say)
 
     def _wheels_needed(self, job) -> bool:
         """No nvcc of the job's release, and kbuild may install its wheels into the job's environment."""
@@ -501,6 +511,10 @@ class CudaBackend(Backend):
             device_flags = gencode_flags(effective_capabilities(unit, cuda, supported, job.cuda_arch)) + unit.cuda_flags
             groups.append(unit_group(manifest, unit, CUDA_SUFFIXES, device_flags))
             groups.append(unit_group(manifest, unit, CXX_SUFFIXES, unit.cxx_flags))
+        # As kernel-builder's include_directories(${CUTLASS_INCLUDE_DIR}): every source of the
+        # library sees the CUTLASS a unit depends on (the binding's glue often includes it too).
+        extra = cutlass_includes(manifest, cuda)
+        groups = [replace(g, includes=g.includes + extra) if g and extra else g for g in groups]
         compiler, cache = compilers(job)
         cache = {
             **cache,
