@@ -23,7 +23,7 @@ from kernel_builder.runtime.kernels_interop import record_loaded
 from kernel_builder.runtime.select import Decision, check_variant, select_variant
 from kernel_builder.runtime.signatures import SignaturePolicy, enforce
 from kernel_builder.runtime.system import System, detect_system
-from kernel_builder.runtime.verified_import import TamperedError, VerifiedPackage, register, unregister
+from kernel_builder.runtime.verified_import import TamperedError, VerifiedPackage, register, registered, unregister
 from kernel_builder.runtime.zip_package import INIT, LAYOUTS, ZIP, archive_path, layout_of
 from kernel_builder.variants import try_parse
 
@@ -244,6 +244,13 @@ def _same_origin(a: str | None, b: str) -> bool:
         return False
 
 
+def _same_bytes(loaded: VerifiedPackage | None, package: VerifiedPackage) -> bool:
+    """Whether two verified copies hold the same files with the same digests: the kernel id
+    comes from what the build reads, so copies of one variant at two paths share it."""
+    return (loaded is not None and loaded.expected is not None and package.expected is not None
+            and loaded.algorithm == package.algorithm and loaded.expected == package.expected)
+
+
 def _import(package: VerifiedPackage, metadata: dict, folder: Path) -> ModuleType:
     module_id = package.module_id
     spec = package.root_spec()
@@ -253,6 +260,8 @@ def _import(package: VerifiedPackage, metadata: dict, folder: Path) -> ModuleTyp
     if existing is not None:
         if _same_origin(getattr(existing, "__file__", None), spec.origin):
             return existing  # loaded already, e.g. by kernels.get_local_kernel
+        if _same_bytes(registered(module_id), package):
+            return existing  # another copy of the same variant (a build folder, then the Hub's)
         raise KernelLoadError(
             f"Cannot load {folder}: a module named '{module_id}' is already imported from "
             f"{getattr(existing, '__file__', None) or 'elsewhere'}. Kernel ids must be unique in a "

@@ -237,6 +237,12 @@ def register(package: VerifiedPackage) -> None:
         native_library.register_variant(package.folder, package.read)
 
 
+def registered(module_id: str) -> VerifiedPackage | None:
+    """The package this process imports `module_id` from, if kbuild's loader registered one."""
+    with _lock:
+        return _finder.packages.get(module_id)
+
+
 def unregister(module_id: str) -> None:
     with _lock:
         package = _finder.packages.pop(module_id, None)

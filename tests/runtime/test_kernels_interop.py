@@ -67,6 +67,26 @@ def test_both_loaders_in_one_process(relu_build, version, order):
     assert done.stdout.strip() == ("different" if version == "0.17.2" and order != "kernels-first" else "same")
 
 
+def test_two_unchanged_copies_of_one_build_load_as_one_module(relu_build, tmp_path):
+    """The kernel id comes from what the build reads, so a copy of the same variant (a build
+    folder, then the Hub's download of it) has the same id: its verified bytes are the same,
+    so kbuild's loader gives the module already loaded instead of refusing."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(relu_build / "build", copy / "build")
+    script = f"""
+        import torch
+        from kernel_builder.runtime import load_local
+        first, second = load_local({str(relu_build)!r}), load_local({str(copy)!r})
+        print("same module:", first is second)
+        print("relu:", second.relu(torch.tensor([-1.0, 2.0])).tolist())
+    """
+    done = _run(script, None)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "same module: True" in done.stdout and "relu: [0.0, 2.0]" in done.stdout, done.stdout
+
+
 def test_two_builds_with_one_id_are_refused(relu_build, tmp_path):
     """A changed copy of the build under the same id: kbuild loads the original, kernels refuses the copy."""
     import shutil
