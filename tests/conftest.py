@@ -71,6 +71,19 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(os.environ["KBUILD_CACHE_DIR"], ignore_errors=True)
 
 
+def docker_engine():
+    """A client of this machine's Docker engine, or a skip that says why none answers."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as e:  # noqa: BLE001 -- any failure to reach an engine
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        pytest.skip(f"no Docker engine reachable here (docker.from_env().ping() failed: {reason})")
+    return client
+
+
 def made_once(name: str, make) -> Path:
     """A folder of this session's kbuild cache that `make(folder)` fills once per test run,
     shared by xdist's workers: the first to ask makes it, the others wait and read it."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild, kbuild_in_process
+from conftest import copy_example, docker_engine, kbuild, kbuild_in_process
 from kernel_builder.runners import docker_images, docker_platform
 from kernel_builder.variants import Variant
 
@@ -30,15 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 @pytest.fixture(scope="module")
 def engine():
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-    except Exception as e:  # noqa: BLE001 -- any failure to reach an engine
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        pytest.skip(f"no Docker engine reachable here (docker.from_env().ping() failed: {reason})")
-    return client
+    return docker_engine()
 
 
 @pytest.fixture(scope="module")

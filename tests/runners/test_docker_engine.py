@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_example, kbuild, kbuild_in_process
+from conftest import copy_example, docker_engine, kbuild, kbuild_in_process
 from kernel_builder.runners import docker_images
 from kernel_builder.runners.docker import KBUILD_PACKAGE_DIR, container_spec, run_container
 from kernel_builder.variants import Variant
@@ -38,14 +38,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 @pytest.fixture(scope="module")
 def engine():
-    try:
-        import docker
-
-        client = docker.from_env()
-        client.ping()
-    except Exception as e:  # noqa: BLE001 -- any failure to reach an engine
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        pytest.skip(f"no Docker engine reachable here (docker.from_env().ping() failed: {reason})")
+    client = docker_engine()
     if os.uname().machine != "x86_64":
         pytest.skip("the offline base and the cu130 image are made for x86_64 here")
     return client
