@@ -9,7 +9,9 @@ one per EnvSpec key:
     <root>/torch214-cu130.log               pip's output, outside the venv so a failure keeps it
     <root>/torch214-cu130.lock              flock held while checking and creating
     <root>/torch214-cpu-aarch64/            another architecture's torch, for cross builds
-                                            (kernel_builder.environments.cross_env)
+                                            (kernel_builder.environments.cross_env); PyPI's one
+                                            flavour, so it serves that torch's CUDA variants too
+    <root>/torch214-aarch64.lock            their creation lock, one per torch and architecture
 
 A folder without the marker is a creation that was killed half-way: it is never used,
 the next creation replaces it and `prune` always removes it.
@@ -186,10 +188,13 @@ def _usable(path: Path, spec: EnvSpec) -> BuildEnv | None:
 
 
 def find_env(spec: EnvSpec) -> BuildEnv | None:
-    """A complete managed environment for spec; for CPU specs, one of any flavour will do."""
+    """A complete managed environment for spec; for CPU specs, one of any flavour will do.
+    Another architecture's torch is the one flavour PyPI serves for it (2.12-2.14 for aarch64:
+    CUDA 13.0 builds), whatever key asked for it: a CUDA spec takes the CPU spec's environment
+    when its torch is that flavour, so both share one torch and one 3 GB emulation layer."""
     root = envs_root()
     keys = [spec.key]
-    if spec.compute in _ANY_FLAVOUR:
+    if spec.compute in _ANY_FLAVOUR or spec.arch:
         prefix = f"torch{spec.torch[0]}{spec.torch[1]}-"
         keys += sorted(p.name for p in root.iterdir() if p.name.startswith(prefix) and p.is_dir() and p.name != spec.key
                        and getattr(EnvSpec.from_key(p.name), "arch", None) == spec.arch)
@@ -205,6 +210,12 @@ def managed_specs() -> list[EnvSpec]:
     """What the store's folder names promise, complete or not: a cheap listing, by name only."""
     root = envs_root()
     return [spec for p in root.iterdir() if (spec := EnvSpec.from_key(p.name)) is not None and p.is_dir()]
+
+
+def _lock_key(spec: EnvSpec) -> str:
+    """One lock per torch and architecture for cross environments, which serve each other's
+    flavours (find_env): a CPU and a CUDA build starting together make one, not two."""
+    return f"torch{spec.torch[0]}{spec.torch[1]}-{spec.arch}" if spec.arch else spec.key
 
 
 def ensure_env(
@@ -225,7 +236,7 @@ def ensure_env(
         by = f" (pid {holder})" if holder else ""
         say(f"waiting for another kbuild{by} to finish creating build environment {spec.key}")
 
-    with exclusive_lock(root / f"{spec.key}.lock", on_wait=waiting):
+    with exclusive_lock(root / f"{_lock_key(spec)}.lock", on_wait=waiting):
         env = find_env(spec)
         if env is not None:
             return env

@@ -61,6 +61,27 @@ def test_the_aarch64_environment_has_its_own_store_key_only_where_it_is_cross_bu
     assert EnvSpec.for_variant(variant).key == "torch214-cpu"  # natively: an ordinary environment
 
 
+def test_the_cpu_and_cuda_aarch64_variants_share_one_environment(tmp_path, monkeypatch, host):
+    """PyPI's aarch64 torch is one CUDA 13.0 build: made for the CPU variant, it serves the
+    CUDA variant too (and the other way round), under one creation lock per torch and arch."""
+    from kernel_builder.environments import store
+
+    host("x86_64")
+    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path))
+    site = tmp_path / "torch214-cpu-aarch64" / "site"
+    made = BuildEnv(str(site.parent / "bin" / "python"), "3.11", "inc", "2.14.1", str(site / "torch"), True,
+                    cuda="13.0", arch="aarch64")
+    site.mkdir(parents=True)
+    (site.parent / store.MARKER).write_text(json.dumps({"env": made.__dict__}))
+    cpu, cuda = EnvSpec((2, 14), "cpu", "aarch64"), EnvSpec((2, 14), "cu130", "aarch64")
+    assert store.find_env(cpu) == made and store.find_env(cuda) == made
+    assert store.find_env(EnvSpec((2, 14), "cu126", "aarch64")) is None  # another flavour: its own
+    assert store.find_env(EnvSpec((2, 14), "cu130")) is None  # never this machine's
+    assert store._lock_key(cpu) == store._lock_key(cuda) == "torch214-aarch64"
+    shutil.move(site.parent, tmp_path / cuda.key)  # made for the CUDA variant first
+    assert store.find_env(cpu) == made and store.find_env(cuda) == made
+
+
 def test_wheels_are_fetched_for_every_glibc_manylinux_2_28_admits():
     tags = AARCH64.pip_platforms()
     assert tags[0] == "manylinux_2_28_aarch64" and tags[-1] == "manylinux2014_aarch64"
