@@ -311,3 +311,19 @@ def test_an_import_failing_in_a_dependency_is_told_apart_from_one_in_the_kernel(
     assert _foreign_failure(stderr, kernel) == f"ImportError: WRONG PACKAGE. Please install the package from Neuron Repository (in {dep})"
     own = f'Traceback (most recent call last):\n  File "{kernel}/_impl.py", line 8, in <module>\nNameError: name \'x\' is not defined\n'
     assert _foreign_failure(own, kernel) is None
+
+
+@needs_gcc
+def test_no_import_check_runs_every_other_check(tmp_path):
+    """`kbuild check --no-import-check`: what an emulated aarch64 import (a minute or more) would
+    cost is skipped; the file checks still run and still fail the variant they fail."""
+    folder = make_variant(tmp_path, OLD_GLIBC_SOURCE)
+    args = ("check", str(folder), "--json", "--no-import-check")
+    done = kbuild_in_process(*args)
+    (report,) = json.loads(done.stdout)
+    assert done.returncode == 0 and "import" not in by_check(report), report
+    assert set(by_check(report)) >= {"abi", "needed", "metadata"}
+    (folder / "notes.txt").write_text("added after the build\n")
+    done = kbuild_in_process(*args)
+    (report,) = json.loads(done.stdout)
+    assert done.returncode == 1 and by_check(report)["metadata"]["status"] == FAILED
