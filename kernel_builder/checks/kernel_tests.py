@@ -190,9 +190,9 @@ def tests_folder(kernel_dir: Path) -> Path:
 
 def machine_selection(manifest: Manifest) -> str:
     """The --matrix selection of the variants kbuild's runtime could load here: this machine's
-    backend and running torch (so `kbuild test` does not build, say, CUDA variants on a GPU-less
-    machine that has nvcc). A kernel without that backend is a one-line error naming the devices
-    its tests need."""
+    backend, running torch and platform (so `kbuild test` does not build, say, CUDA variants on a
+    GPU-less machine that has nvcc, nor cross-build aarch64 ones on x86_64: that downloads 3 GB).
+    A kernel without that backend is a one-line error naming the devices its tests need."""
     from kernel_builder.runtime.system import detect_system
 
     system = detect_system()
@@ -202,7 +202,7 @@ def machine_selection(manifest: Manifest) -> str:
             f"its tests need one of those devices, and this machine's is {system.backend}"
         )
     torch = f" torch={system.torch[0]}.{system.torch[1]}" if system.torch else ""
-    return f"backend={system.backend}{torch}"
+    return f"backend={system.backend}{torch} arch={system.arch} os={system.os}"
 
 
 def choose_variant(kernel_dir: Path, variant: str | None, build_dir: Path | None = None) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kbuild, kbuild_in_process
+from conftest import REPO, kbuild, kbuild_in_process
 from kernel_builder.checks.kernel_tests import imports_of_tests
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tested"
@@ -100,3 +100,18 @@ def test_test_imports_leave_out_stdlib_torch_kernel_and_the_repos_own_modules(tm
         "from kernels import get_kernel\nimport helpers\nimport benchmarks.bench\nfrom . import conftest\n"
     )
     assert imports_of_tests(tmp_path, tests, "tested") == {m: "tests/test_a.py" for m in ("yaml", "numpy", "einops")}
+
+
+def test_the_tests_variant_is_this_machines_platform_only():
+    """`kbuild test`, `bench` and `dev` build what kbuild's runtime loads here: never another
+    platform's variant of the same backend and torch (an aarch64 cross build and its 3 GB
+    emulated environment on an x86_64 machine)."""
+    from kernel_builder.checks.kernel_tests import machine_selection
+    from kernel_builder.kernel.manifest import load_manifest
+    from kernel_builder.runtime.system import detect_system
+
+    swiglu = REPO / "examples" / "swiglu"
+    selection = machine_selection(load_manifest(swiglu))
+    plan = json.loads(kbuild_in_process("plan", str(swiglu), "--matrix", selection, "--json", check=True).stdout)
+    system = detect_system()
+    assert [job["variant"] for job in plan] == [system.variant_name], plan
