@@ -132,14 +132,18 @@ def _host_cpus() -> int:
 
 
 def describe_cpus(root: Path) -> None:
-    """The root's /proc/cpuinfo and each CPU's MIDR_EL1 in /sys, for this machine's CPU count."""
+    """The root's /proc/cpuinfo and /sys/devices/system/cpu (each CPU's MIDR_EL1, and which
+    CPUs exist: that folder can replace the host's whole), for this machine's CPU count."""
     count = _host_cpus()
     (root / "proc").mkdir(parents=True, exist_ok=True)
     (root / "proc" / "cpuinfo").write_text("".join(f"processor\t: {i}\n{_CPU}\n" for i in range(count)))
+    cpus = root / "sys" / "devices" / "system" / "cpu"
     for i in range(count):
-        folder = root / "sys" / "devices" / "system" / "cpu" / f"cpu{i}" / "regs" / "identification"
+        folder = cpus / f"cpu{i}" / "regs" / "identification"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "midr_el1").write_text(_MIDR)
+    for name in ("possible", "present", "online"):
+        (cpus / name).write_text(f"0-{count - 1}\n" if count > 1 else "0\n")
 
 
 def write_launcher(target: CrossTarget, root: Path, launcher: Path, site_dirs: list[Path]) -> None:

@@ -48,6 +48,7 @@ from kernel_builder.paths import cache_dir
 from kernel_builder.runners.base import BuildSettings, Honoured, Refused, Runner, RunRequest, Task
 from kernel_builder.runners.docker_engine import docker_client
 from kernel_builder.runners.docker_output_cache import cached_build, probe_command
+from kernel_builder.runners.docker_platform import cpu_description
 from kernel_builder.runners.docker_images import (
     HOME,
     MANYLINUX_GLIBC,
@@ -187,6 +188,8 @@ def container_spec(
     read_only = [*_source_folders(kernel_root), *code]
     writable = [out_dir, job_cache] + ([compiler_cache_dir.resolve()] if compiler_cache_dir else [])
     mounts = _mounts(read_only, writable)
+    # An emulated aarch64 CPU's registers, which torch reads at import (runners/docker_platform.py).
+    mounts += tuple(Mount(target, source, True) for source, target in cpu_description(image.platform, job_cache / "emulated-cpu"))
 
     environment = {
         "HOME": HOME,

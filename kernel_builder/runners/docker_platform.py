@@ -9,6 +9,13 @@ emulator once, on the host, so it runs inside containers whose filesystem has no
 docker/qemu-binfmt.sh registers it. The build inside compiles natively for the image's
 architecture, only slower.
 
+torch reads CPU registers at import (oneDNN's xbyak_aarch64: each CPU's MIDR_EL1 in /sys)
+that qemu's user mode does not show, and crashes without them: an emulated linux/arm64
+container gets the description the emulated Python of cross builds has
+(environments.emulation_root.describe_cpus) mounted over /proc/cpuinfo and
+/sys/devices/system/cpu. An image build cannot mount them, so the Dockerfiles check torch's
+install there without importing it.
+
 This is the one place that decides, from runtime.system.host_platform, whether an image
 is emulated.
 """
@@ -41,6 +48,18 @@ def arch_of(platform: str) -> str:
 def emulated(platform: str) -> bool:
     """Whether this machine runs `platform`'s images through an emulator (not its own arch)."""
     return platform != PLATFORMS.get(host_platform()[0])
+
+
+def cpu_description(platform: str, folder: Path) -> list[tuple[Path, str]]:
+    """For an emulated linux/arm64 container, the aarch64 CPU description written under
+    `folder`, as (host path, container path) pairs to mount read-only; none otherwise."""
+    if platform != PLATFORMS["aarch64"] or not emulated(platform):
+        return []
+    from kernel_builder.environments.emulation_root import describe_cpus
+
+    describe_cpus(folder)
+    return [(folder / "proc" / "cpuinfo", "/proc/cpuinfo"),
+            (folder / "sys" / "devices" / "system" / "cpu", "/sys/devices/system/cpu")]
 
 
 @dataclass(frozen=True)

@@ -146,3 +146,30 @@ def test_build_images_plans_arm64_images_for_an_aarch64_selection():
                              "torch=2.14 backend=cpu os=linux arch=aarch64")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "kbuild-build-cpu:torch2.14-aarch64-" in done.stdout and "linux/arm64" in done.stdout, done.stdout
+
+
+def test_an_emulated_arm64_container_gets_the_cpu_registers_torch_reads(on, tmp_path):
+    """qemu's user mode shows an x86_64 host's CPUs, and torch's import crashes on them in an
+    aarch64 container ("Can't open MIDR_EL1 sysfs entry"): the container gets an aarch64 CPU
+    description mounted read-only instead; a native one gets nothing."""
+    from kernel_builder.runners.docker import KBUILD_PACKAGE_DIR, container_spec
+
+    on("x86_64")
+    image = image_for(Variant.parse(ARM_CPU), base_image="kbuild-offline-base:bookworm-arm64")
+    kernel = tmp_path / "kernel"
+    kernel.mkdir()
+    spec = container_spec(ARM_CPU, kernel, tmp_path / "out", None, KBUILD_PACKAGE_DIR, image, uid=1000, gid=1000,
+                          max_jobs=None, nvcc_threads=None, kbuild_cache_dir=tmp_path / "job")
+    mounts = {m.target: m for m in spec.mounts}
+    cpuinfo, cpus = mounts["/proc/cpuinfo"], mounts["/sys/devices/system/cpu"]
+    assert cpuinfo.read_only and cpus.read_only
+    assert "CPU implementer\t: 0x41" in cpuinfo.source.read_text()
+    assert (cpus.source / "cpu0" / "regs" / "identification" / "midr_el1").read_text() == "0x00000000413fd0c1\n"
+    count = cpuinfo.source.read_text().count("processor\t:")
+    assert (cpus.source / "possible").read_text() == (f"0-{count - 1}\n" if count > 1 else "0\n")
+    assert f"--mount type=bind,source={cpuinfo.source},target=/proc/cpuinfo,readonly" in " ".join(spec.to_cli())
+
+    on("aarch64")  # natively, the kernel's own
+    native = container_spec(ARM_CPU, kernel, tmp_path / "out", None, KBUILD_PACKAGE_DIR, image, uid=1000, gid=1000,
+                            max_jobs=None, nvcc_threads=None, kbuild_cache_dir=tmp_path / "job-native")
+    assert not [m for m in native.mounts if m.target.startswith(("/proc", "/sys"))]
