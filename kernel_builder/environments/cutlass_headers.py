@@ -124,6 +124,7 @@ def ensure(release: Release, say: Callable[[str], None] = lambda line: None) -> 
     base = tools_root()
     folder = base / release.key
     if (folder / READY).is_file():
+        _touch(folder / READY)
         return folder
     with exclusive_lock(base / f"{release.key}.lock"):
         if (folder / READY).is_file():
@@ -141,6 +142,14 @@ def ensure(release: Release, say: Callable[[str], None] = lambda line: None) -> 
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _touch(marker: Path) -> None:
+    """The marker's mtime says when a build last used the folder (`kbuild env prune --older-than`)."""
+    try:
+        os.utime(marker)
+    except OSError:
+        pass  # a read-only cache still serves the headers
 
 
 def tools_root() -> Path:
