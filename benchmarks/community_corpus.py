@@ -351,6 +351,9 @@ def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, s
     job = next((j for j in (report or {}).get("jobs", ()) if j["variant"] == row.variant), None)
     if code == TIMED_OUT:
         row.status, row.reason = "timed out", f"still compiling after {args.build_timeout} s (--build-timeout)"
+        progress = compile_progress(env, row.variant, start)
+        if progress:
+            row.reason += f"; {progress}"
     elif job is None:
         row.status, row.reason = "failed", f"kbuild build: {tail or f'exit {code}'}"
     elif job["status"] in ("built", "up-to-date"):
@@ -358,6 +361,20 @@ def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, s
     else:
         row.status, row.reason = job["status"], first_error(job)
     return row
+
+
+def compile_progress(env: dict[str, str], variant: str, since: float) -> str:
+    """"N of M objects compiled" of the variant's Ninja tree that this build wrote to (kbuild's
+    cache work/<key>/<variant>[-suffix]/build), or '' when none is found: how far a stopped build got."""
+    cache = Path(env.get("KBUILD_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbuild")
+    logs = [p for p in cache.glob(f"work/*/{variant}*/build/.ninja_log") if p.stat().st_mtime >= since - 1]
+    if not logs:
+        return ""
+    log = max(logs, key=lambda p: p.stat().st_mtime)
+    done = {line.split("\t")[3] for line in log.read_text(errors="replace").splitlines()[1:] if line.count("\t") >= 4}
+    planned = re.findall(r"^build ([^:]+\.o):", (log.parent / "build.ninja").read_text(errors="replace"), re.M)
+    compiled = sum(target in done for target in planned)
+    return f"{compiled} of {len(planned)} objects compiled, no error"
 
 
 def print_cuda_table(rows: list[CudaRow], args: argparse.Namespace) -> None:

@@ -56,6 +56,17 @@ def test_a_failure_is_reported_by_its_first_compiler_error(tmp_path):
     assert corpus.first_error({"status": "failed", "detail": "import check failed\nmore", "log": None}) == "import check failed"
 
 
+def test_a_stopped_build_says_how_many_of_its_objects_compiled(tmp_path):
+    build = tmp_path / "cache" / "work" / "0123" / "torch214-cxx11-cu130-x86_64-linux-sm90" / "build"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("".join(f"build CMakeFiles/k.dir/k{i}.cu.o: CUDA_COMPILER__k /k{i}.cu\n" for i in range(5))
+                                       + "build _k.so: CXX_SHARED_LIBRARY_LINKER__k CMakeFiles/k.dir/k0.cu.o\n")
+    (build / ".ninja_log").write_text("# ninja log v7\n" + "".join(f"0\t9\t0\tCMakeFiles/k.dir/k{i}.cu.o\tab\n" for i in (0, 3)))
+    env = {"KBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    assert corpus.compile_progress(env, "torch214-cxx11-cu130-x86_64-linux", 0) == "2 of 5 objects compiled, no error"
+    assert corpus.compile_progress(env, "torch214-cxx11-cpu-x86_64-linux", 0) == ""
+
+
 @pytest.mark.e2e
 def test_cuda_dry_run_plans_the_cu130_variant_and_compiles_nothing(tmp_path):
     shutil.copytree(EXAMPLES / "relu", tmp_path / "kc" / "relu", ignore=shutil.ignore_patterns("build"))
