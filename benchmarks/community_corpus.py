@@ -154,8 +154,7 @@ def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dic
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        stop(process)
         return TIMED_OUT, None, f"timed out after {timeout} s"
     done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     try:
@@ -164,6 +163,18 @@ def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dic
         document = None
     tail = " | ".join(line.strip() for line in done.stderr.strip().splitlines()[-3:])
     return done.returncode, document, tail
+
+
+def stop(process: subprocess.Popen, grace: float = 60) -> None:
+    """SIGTERM first: kbuild then stops its build tools, which run in sessions of their own
+    (kernel_builder.compile.tool_processes), so a SIGKILL of its group alone would leave Ninja
+    compiling on; SIGKILL only if it has not ended within `grace` seconds."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
 
 
 def in_scope(row: dict, kind: str, with_cuda: bool) -> bool:

@@ -56,6 +56,24 @@ def test_a_failure_is_reported_by_its_first_compiler_error(tmp_path):
     assert corpus.first_error({"status": "failed", "detail": "import check failed\nmore", "log": None}) == "import check failed"
 
 
+def test_a_timeout_lets_kbuild_stop_its_build_tools_first(tmp_path):
+    """SIGTERM before SIGKILL: kbuild's compilers run in sessions of their own and only kbuild
+    itself stops them; a process that ignores SIGTERM is still killed after the grace time."""
+    stopped = tmp_path / "stopped"
+    polite = ("import signal, sys, time, pathlib\n"
+              f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(stopped)!r}).write_text('tools stopped'), sys.exit(0)))\n"
+              "print('ready', flush=True)\ntime.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, "-c", polite], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stdout.readline() == "ready\n"
+    corpus.stop(process, grace=30)
+    assert stopped.read_text() == "tools stopped" and process.returncode == 0
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    process = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stdout.readline() == "ready\n"
+    corpus.stop(process, grace=0.5)
+    assert process.returncode == -9
+
+
 def test_a_stopped_build_says_how_many_of_its_objects_compiled(tmp_path):
     build = tmp_path / "cache" / "work" / "0123" / "torch214-cxx11-cu130-x86_64-linux-sm90" / "build"
     build.mkdir(parents=True)
