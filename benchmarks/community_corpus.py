@@ -154,8 +154,7 @@ def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dic
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        stop(process)
         return TIMED_OUT, None, f"timed out after {timeout} s"
     done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     try:
@@ -164,6 +163,18 @@ def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dic
         document = None
     tail = " | ".join(line.strip() for line in done.stderr.strip().splitlines()[-3:])
     return done.returncode, document, tail
+
+
+def stop(process: subprocess.Popen, grace: float = 60) -> None:
+    """SIGTERM first: kbuild then stops its build tools, which run in sessions of their own
+    (kernel_builder.compile.tool_processes), so a SIGKILL of its group alone would leave Ninja
+    compiling on; SIGKILL only if it has not ended within `grace` seconds."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
 
 
 def in_scope(row: dict, kind: str, with_cuda: bool) -> bool:
@@ -351,6 +362,9 @@ def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, s
     job = next((j for j in (report or {}).get("jobs", ()) if j["variant"] == row.variant), None)
     if code == TIMED_OUT:
         row.status, row.reason = "timed out", f"still compiling after {args.build_timeout} s (--build-timeout)"
+        progress = compile_progress(env, row.variant, start)
+        if progress:
+            row.reason += f"; {progress}"
     elif job is None:
         row.status, row.reason = "failed", f"kbuild build: {tail or f'exit {code}'}"
     elif job["status"] in ("built", "up-to-date"):
@@ -358,6 +372,20 @@ def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, s
     else:
         row.status, row.reason = job["status"], first_error(job)
     return row
+
+
+def compile_progress(env: dict[str, str], variant: str, since: float) -> str:
+    """"N of M objects compiled" of the variant's Ninja tree that this build wrote to (kbuild's
+    cache work/<key>/<variant>[-suffix]/build), or '' when none is found: how far a stopped build got."""
+    cache = Path(env.get("KBUILD_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbuild")
+    logs = [p for p in cache.glob(f"work/*/{variant}*/build/.ninja_log") if p.stat().st_mtime >= since - 1]
+    if not logs:
+        return ""
+    log = max(logs, key=lambda p: p.stat().st_mtime)
+    done = {line.split("\t")[3] for line in log.read_text(errors="replace").splitlines()[1:] if line.count("\t") >= 4}
+    planned = re.findall(r"^build ([^:]+\.o):", (log.parent / "build.ninja").read_text(errors="replace"), re.M)
+    compiled = sum(target in done for target in planned)
+    return f"{compiled} of {len(planned)} objects compiled, no error"
 
 
 def print_cuda_table(rows: list[CudaRow], args: argparse.Namespace) -> None:

@@ -23,6 +23,10 @@ variables, by what they set:
 - `KBUILD_OUTPUT_CACHE`, `KBUILD_OUTPUT_CACHE_MODE` (`readwrite` or `read`): the store of built
   variants a build looks its jobs up in and uploads to (kernel_builder.assemble.output_cache);
   `--output-cache`, `--output-cache-mode` override them.
+- `KBUILD_CUTLASS_CHECKOUTS`: CUTLASS source folders (os.pathsep-separated, e.g. clones of a
+  release tag) kbuild may take a `cutlass_X_Y` release's headers from when no PyPI file carries
+  them (kernel_builder.environments.cutlass_headers); only a folder with exactly that release's
+  content is used.
 - `KBUILD_DOCKER_BASE_IMAGE`: the base of the build images of `--runner docker` when no
   `--base-image` is given (else manylinux_2_28 for the variant's arch).
 - `KBUILD_CI_INSTALL`: the pip requirement the CI workflows kbuild writes install kbuild
@@ -65,6 +69,7 @@ CI_INSTALL = "KBUILD_CI_INSTALL"
 OUTPUT_CACHE = "KBUILD_OUTPUT_CACHE"
 OUTPUT_CACHE_MODE = "KBUILD_OUTPUT_CACHE_MODE"
 DOCKER_BASE_IMAGE = "KBUILD_DOCKER_BASE_IMAGE"
+CUTLASS_CHECKOUTS = "KBUILD_CUTLASS_CHECKOUTS"
 GITHUB_ACTIONS = "GITHUB_ACTIONS"
 GITHUB_WORKSPACE = "GITHUB_WORKSPACE"
 
@@ -110,6 +115,7 @@ class KbuildEnvironment:
     output_cache: str | None = None
     output_cache_mode_text: str = ""  # KBUILD_OUTPUT_CACHE_MODE, lower-cased: see `output_cache_mode`
     docker_base_image: str | None = None
+    cutlass_checkouts: tuple[Path, ...] = ()
     github_actions: bool = False
     github_workspace: Path | None = None
 
@@ -172,6 +178,7 @@ def read_environment(environ: Mapping[str, str] | None = None) -> KbuildEnvironm
         output_cache=text(OUTPUT_CACHE),
         output_cache_mode_text=environ.get(OUTPUT_CACHE_MODE, "").strip().lower(),
         docker_base_image=text(DOCKER_BASE_IMAGE),
+        cutlass_checkouts=tuple(Path(p) for p in environ.get(CUTLASS_CHECKOUTS, "").split(os.pathsep) if p),
         github_actions=environ.get(GITHUB_ACTIONS, "") == "true",
         github_workspace=path(GITHUB_WORKSPACE),
     )

@@ -34,6 +34,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="Print the environm
         print_json(found.to_json())
         return
     _print_overlays(found.overlays)
+    _print_headers(found.headers)
     if not envs:
         _console().print(f"no build environments in {escape(str(found.root()))}")
         return
@@ -66,6 +67,23 @@ def _print_overlays(overlays) -> None:
     _console().print(table)
 
 
+def _print_headers(headers) -> None:
+    """The CUTLASS releases unpacked for units' `depends = ["cutlass_X_Y"]`."""
+    if not headers:
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="CUTLASS headers (for depends = [\"cutlass_X_Y\"])")
+    for column in ("key", "version", "size", "last used"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("path", overflow="fold")
+    for h in headers:
+        version = escape(h.version) if h.complete and h.version else "[red]incomplete[/]"
+        table.add_row(escape(h.key), version, human_size(h.size_bytes), _when(h.last_used), escape(str(h.path)))
+    _console().print(table)
+
+
 @env_app.command()
 def create(
     name: str = typer.Argument(
@@ -90,13 +108,13 @@ def create(
 
 @env_app.command()
 def prune(
-    keys: Optional[List[str]] = typer.Argument(None, help="Remove these environments (keys as `kbuild env list` shows)."),
+    keys: Optional[List[str]] = typer.Argument(None, help="Remove these environments, overlays or CUTLASS folders (keys as `kbuild env list` shows)."),
     remove_all: bool = typer.Option(False, "--all", help="Remove every managed environment."),
     older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove those unused for more than DAYS.", metavar="DAYS"),
     as_json: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
 ) -> None:
-    """Remove build environments and runtime overlays; incomplete ones (interrupted creations)
-    and overlays whose build environment is gone always go."""
+    """Remove build environments, runtime overlays and CUTLASS header folders; incomplete ones
+    (interrupted creations) and overlays whose build environment is gone always go."""
     from rich.markup import escape
 
     from kernel_builder.environments.managed import prune as prune_all

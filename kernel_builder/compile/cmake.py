@@ -115,7 +115,13 @@ def render_project(spec: CompileSpec, work_dir: Path) -> Path:
     text = env.get_template("CMakeLists.txt.j2").render(spec=spec)
     generated = work_dir / "generated"
     generated.mkdir(parents=True, exist_ok=True)
-    write_if_changed(generated / "registration.h", templates_dir("build", "registration.h").read_text())
+    registration = templates_dir("build", "registration.h").read_text()
+    write_if_changed(generated / "registration.h", registration)
+    # kernel-builder writes it into the kernel's torch-ext/, and sources elsewhere include it as
+    # "../torch-ext/registration.h" (flash-attn3's flash-attn/flash_api.cpp): through the
+    # generated/ include folder that finds this copy, and the kernel's tree stays untouched.
+    (work_dir / "torch-ext").mkdir(exist_ok=True)
+    write_if_changed(work_dir / "torch-ext" / "registration.h", registration)
     for name, content in spec.files:
         write_if_changed(work_dir / name, content)
     write_if_changed(work_dir / "CMakeLists.txt", text)

@@ -12,8 +12,9 @@ accepts them only if their content digest is the release tag's. The folder is
     <cache>/tools/cutlass/<version>-<digest>/ready        written last: the folder is complete
 
 so its path names the release and its content, and a build whose include path holds it has both
-in its input hash. A release without a PyPI source (2.10.0, 4.5.2) is refused before anything
-compiles, in one line.
+in its input hash. A release without a PyPI source (2.10.0, 4.5.2) is taken from a source folder
+the user names in KBUILD_CUTLASS_CHECKOUTS (a clone of the release tag) whose trees have the
+release's digests; without one it is refused before anything compiles, in one line that says so.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Callable, Iterable, Iterator
 from kernel_builder.errors import BuildError
 from kernel_builder.file_lock import exclusive_lock
 from kernel_builder.paths import cache_dir
+from kernel_builder.settings import CUTLASS_CHECKOUTS, read_environment
 
 PREFIX = "cutlass_"
 READY = "ready"
@@ -103,10 +105,28 @@ def wanted(depends: Iterable[str]) -> tuple[Release, ...]:
 
 def unavailable(release: Release) -> str | None:
     """Why kbuild cannot provide `release`, or None."""
-    if release.sources:
+    if release.sources or _checkout(release) is not None:
         return None
-    return (f"{release.describe()}: no file on PyPI carries that release's headers, so kbuild cannot provide "
-            f"them yet; depend on one of {', '.join(n for n, r in sorted(releases().items()) if r.sources)}")
+    named = read_environment().cutlass_checkouts
+    tried = f" (none of {', '.join(map(str, named))} holds it)" if named else ""
+    return (f"{release.describe()}: no file on PyPI carries that release's headers; clone its tag "
+            f"(git clone --depth 1 --branch v{release.version} https://github.com/NVIDIA/cutlass DIR) and set "
+            f"{CUTLASS_CHECKOUTS}=DIR{tried}, or depend on one of "
+            f"{', '.join(n for n, r in sorted(releases().items()) if r.sources)}")
+
+
+def _checkout(release: Release) -> Path | None:
+    """The first KBUILD_CUTLASS_CHECKOUTS folder whose trees are exactly the release's."""
+    return _matching_folder(release.trees, read_environment().cutlass_checkouts)
+
+
+@functools.lru_cache(maxsize=32)
+def _matching_folder(trees: tuple[tuple[str, str], ...], folders: tuple[Path, ...]) -> Path | None:
+    # Cached: hashing a checkout's ~25 MB of headers once per process is enough.
+    for folder in folders:
+        if all(tree_digest(folder / tree) == digest for tree, digest in trees):
+            return folder
+    return None
 
 
 def include_dirs(release: Release, say: Callable[[str], None] = lambda line: None) -> tuple[str, ...]:
@@ -124,6 +144,7 @@ def ensure(release: Release, say: Callable[[str], None] = lambda line: None) -> 
     base = tools_root()
     folder = base / release.key
     if (folder / READY).is_file():
+        _touch(folder / READY)
         return folder
     with exclusive_lock(base / f"{release.key}.lock"):
         if (folder / READY).is_file():
@@ -132,8 +153,11 @@ def ensure(release: Release, say: Callable[[str], None] = lambda line: None) -> 
         staging = base / f".{release.key}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         mb = release.download_size() / 1e6
-        say(f"fetching {release.describe()} headers from PyPI (first time only): "
-            f"{', '.join(dict.fromkeys(s.file for s in release.sources))}, {mb:.1f} MB")
+        if release.sources:
+            say(f"fetching {release.describe()} headers from PyPI (first time only): "
+                f"{', '.join(dict.fromkeys(s.file for s in release.sources))}, {mb:.1f} MB")
+        else:
+            say(f"copying {release.describe()} headers from {_checkout(release)} (first time only)")
         try:
             _assemble(release, staging)
             (staging / READY).write_text(json.dumps({"version": release.version, "trees": dict(release.trees)}) + "\n")
@@ -143,26 +167,40 @@ def ensure(release: Release, say: Callable[[str], None] = lambda line: None) -> 
     return folder
 
 
+def _touch(marker: Path) -> None:
+    """The marker's mtime says when a build last used the folder (`kbuild env prune --older-than`)."""
+    try:
+        os.utime(marker)
+    except OSError:
+        pass  # a read-only cache still serves the headers
+
+
 def tools_root() -> Path:
     return cache_dir("tools", "cutlass")
 
 
 def _assemble(release: Release, staging: Path) -> None:
-    """Download each source, unpack its folders into `staging`, check every tree's digest."""
-    downloads = staging / "downloads"
-    downloads.mkdir(parents=True)
-    for source in release.sources:
-        archive = downloads / source.file
-        if not archive.exists():
-            download(source, archive)
-        for tree, folder in source.folders:
-            unpack(archive, folder, staging / tree)
-    shutil.rmtree(downloads)
+    """Download each source, unpack its folders into `staging`, check every tree's digest; a
+    release without sources is copied from the user's checkout (already checked)."""
+    checkout = None if release.sources else _checkout(release)
+    if checkout is not None:
+        for tree, _ in release.trees:
+            shutil.copytree(checkout / tree, staging / tree, symlinks=False)
+    else:
+        downloads = staging / "downloads"
+        downloads.mkdir(parents=True)
+        for source in release.sources:
+            archive = downloads / source.file
+            if not archive.exists():
+                download(source, archive)
+            for tree, folder in source.folders:
+                unpack(archive, folder, staging / tree)
+        shutil.rmtree(downloads)
     for tree, expected in release.trees:
         got = tree_digest(staging / tree)
         if got != expected:
-            raise BuildError(f"{release.describe()}: the {tree}/ unpacked from "
-                             f"{', '.join(s.file for s in release.sources)} is not that release's "
+            origin = str(checkout) if checkout is not None else ", ".join(s.file for s in release.sources)
+            raise BuildError(f"{release.describe()}: the {tree}/ unpacked from {origin} is not that release's "
                              f"(digest {got[:12]}, expected {expected[:12]})")
 
 

@@ -169,6 +169,32 @@ def test_a_file_or_tree_that_is_not_the_pinned_one_is_refused(tmp_path, index):
         cutlass_headers.ensure(missing)
 
 
+def test_a_release_without_a_pypi_source_comes_from_a_checkout_the_user_names(tmp_path, monkeypatch):
+    """KBUILD_CUTLASS_CHECKOUTS: a clone of the tag (here, folders with the release's content) is
+    used when its trees are exactly the release's; otherwise the refusal says how to make one."""
+    checkout = tmp_path / "cutlass"
+    _tree(checkout / "include", HEADERS)
+    _tree(checkout / "tools" / "util" / "include", {"cutlass/util/host_tensor.h": b"#pragma once\n"})
+    trees = (("include", tree_digest(checkout / "include")), ("tools/util/include", tree_digest(checkout / "tools/util/include")))
+    release = Release("cutlass_test", "9.9.6", trees, ())
+    monkeypatch.delenv("KBUILD_CUTLASS_CHECKOUTS", raising=False)
+    with pytest.raises(BuildError) as refused:
+        cutlass_headers.ensure(release)
+    message = refused.value.message
+    assert "\n" not in message and "git clone --depth 1 --branch v9.9.6 https://github.com/NVIDIA/cutlass DIR" in message
+    assert "KBUILD_CUTLASS_CHECKOUTS=DIR" in message and "cutlass_4_0" in message
+    other = _tree(tmp_path / "other" / "include", {"cutlass/cutlass.h": b"// another release\n"}).parent
+    monkeypatch.setenv("KBUILD_CUTLASS_CHECKOUTS", str(other))
+    with pytest.raises(BuildError, match=f"none of {other} holds it"):
+        cutlass_headers.ensure(release)
+    monkeypatch.setenv("KBUILD_CUTLASS_CHECKOUTS", os.pathsep.join([str(other), str(checkout)]))
+    said: list[str] = []
+    include, util = cutlass_headers.include_dirs(release, said.append)
+    assert Path(include).parent == cutlass_headers.tools_root() / release.key and said == [
+        f"copying CUTLASS 9.9.6 (depends cutlass_test) headers from {checkout} (first time only)"]
+    assert (Path(util) / "cutlass" / "util" / "host_tensor.h").is_file() and tree_digest(Path(include)) == trees[0][1]
+
+
 def _tree(folder: Path, files: dict[str, bytes]) -> Path:
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)

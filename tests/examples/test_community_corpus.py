@@ -56,6 +56,35 @@ def test_a_failure_is_reported_by_its_first_compiler_error(tmp_path):
     assert corpus.first_error({"status": "failed", "detail": "import check failed\nmore", "log": None}) == "import check failed"
 
 
+def test_a_timeout_lets_kbuild_stop_its_build_tools_first(tmp_path):
+    """SIGTERM before SIGKILL: kbuild's compilers run in sessions of their own and only kbuild
+    itself stops them; a process that ignores SIGTERM is still killed after the grace time."""
+    stopped = tmp_path / "stopped"
+    polite = ("import signal, sys, time, pathlib\n"
+              f"signal.signal(signal.SIGTERM, lambda *a: (pathlib.Path({str(stopped)!r}).write_text('tools stopped'), sys.exit(0)))\n"
+              "print('ready', flush=True)\ntime.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, "-c", polite], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stdout.readline() == "ready\n"
+    corpus.stop(process, grace=30)
+    assert stopped.read_text() == "tools stopped" and process.returncode == 0
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    process = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stdout.readline() == "ready\n"
+    corpus.stop(process, grace=0.5)
+    assert process.returncode == -9
+
+
+def test_a_stopped_build_says_how_many_of_its_objects_compiled(tmp_path):
+    build = tmp_path / "cache" / "work" / "0123" / "torch214-cxx11-cu130-x86_64-linux-sm90" / "build"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("".join(f"build CMakeFiles/k.dir/k{i}.cu.o: CUDA_COMPILER__k /k{i}.cu\n" for i in range(5))
+                                       + "build _k.so: CXX_SHARED_LIBRARY_LINKER__k CMakeFiles/k.dir/k0.cu.o\n")
+    (build / ".ninja_log").write_text("# ninja log v7\n" + "".join(f"0\t9\t0\tCMakeFiles/k.dir/k{i}.cu.o\tab\n" for i in (0, 3)))
+    env = {"KBUILD_CACHE_DIR": str(tmp_path / "cache")}
+    assert corpus.compile_progress(env, "torch214-cxx11-cu130-x86_64-linux", 0) == "2 of 5 objects compiled, no error"
+    assert corpus.compile_progress(env, "torch214-cxx11-cpu-x86_64-linux", 0) == ""
+
+
 @pytest.mark.e2e
 def test_cuda_dry_run_plans_the_cu130_variant_and_compiles_nothing(tmp_path):
     shutil.copytree(EXAMPLES / "relu", tmp_path / "kc" / "relu", ignore=shutil.ignore_patterns("build"))
