@@ -35,7 +35,10 @@ from kernel_builder.file_lock import exclusive_lock
 SUITE = "bookworm"
 PYTHON = "3.11"  # bookworm's
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = (f"python{PYTHON}",)
+# python3.11, and GCC's OpenMP runtime: kbuild's CPU units link -fopenmp (NEEDED libgomp.so.1),
+# which an aarch64 machine's gcc runtime provides; torch wheels that bundle only a renamed copy
+# (torch 2.9's libgomp-<hash>.so) leave it to the system, as a real machine would.
+PACKAGES = (f"python{PYTHON}", "libgomp1")
 _DEBOOTSTRAP_TIMEOUT_S = 1800
 
 
@@ -49,7 +52,12 @@ def _marker(target: CrossTarget, store: Path) -> Path:
 
 
 def ready(target: CrossTarget, store: Path) -> bool:
-    return _marker(target, store).is_file() and (root_path(target, store) / "usr" / "bin" / f"python{PYTHON}").is_file()
+    """Unpacked, with every package of PACKAGES (a root made before one was added is made again)."""
+    try:
+        unpacked = json.loads(_marker(target, store).read_text()).get("packages", [])
+    except (OSError, ValueError, AttributeError):
+        return False
+    return set(PACKAGES) <= set(unpacked) and (root_path(target, store) / "usr" / "bin" / f"python{PYTHON}").is_file()
 
 
 def missing_reason(target: CrossTarget, store: Path) -> str | None:

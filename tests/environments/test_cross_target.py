@@ -82,6 +82,20 @@ def test_the_cpu_and_cuda_aarch64_variants_share_one_environment(tmp_path, monke
     assert store.find_env(cpu) == made and store.find_env(cuda) == made
 
 
+def test_a_python_root_made_before_a_package_was_added_is_made_again(tmp_path):
+    """The root holds libgomp1 (kbuild's CPU units need libgomp.so.1, which torch 2.9's aarch64
+    wheel bundles only under another name): a root whose marker lacks it is not ready."""
+    root = emulation_root.root_path(AARCH64, tmp_path)
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / "python3.11").write_text("")
+    marker = root.with_name(root.name + ".json")
+    assert "libgomp1" in emulation_root.PACKAGES and not emulation_root.ready(AARCH64, tmp_path)
+    marker.write_text(json.dumps({"packages": ["python3.11"]}))
+    assert not emulation_root.ready(AARCH64, tmp_path)
+    marker.write_text(json.dumps({"packages": list(emulation_root.PACKAGES)}))
+    assert emulation_root.ready(AARCH64, tmp_path)
+
+
 def test_wheels_are_fetched_for_every_glibc_manylinux_2_28_admits():
     tags = AARCH64.pip_platforms()
     assert tags[0] == "manylinux_2_28_aarch64" and tags[-1] == "manylinux2014_aarch64"

@@ -135,6 +135,11 @@ RUN_BY_TESTS = {
     "python -c 'import kernels, torch; relu = kernels.get_kernel('\"'\"'kernels-community/relu'\"'\"', version=1, "
     "backend='\"'\"'cpu'\"'\"'); print(relu.relu(torch.tensor([-1.0, 2.0])))'":
         "tests/publish/test_publish.py::test_round_trip_publish_then_kernels_get_kernel_runs_it",
+    # docs/guides/aarch64.md
+    "kbuild build relu --variant torch29-cxx11-cpu-aarch64-linux":
+        "tests/pipeline/test_aarch64.py::test_with_a_cpu_torch_kernels_picks_the_cpu_variant_by_its_own_rule_and_the_tests_pass",
+    "kbuild test relu --variant torch29-cxx11-cpu-aarch64-linux":
+        "tests/pipeline/test_aarch64.py::test_with_a_cpu_torch_kernels_picks_the_cpu_variant_by_its_own_rule_and_the_tests_pass",
     # docs/guides/shared-cache.md
     "kbuild build relu --variant torch213-cxx11-cpu-x86_64-linux":
         "tests/compile/test_shared_cache.py::test_runner_b_gets_every_cpu_compile_from_runner_as_redis_cache",

@@ -137,3 +137,39 @@ print(json.dumps({{"machine": platform.machine(), "kernels": kernels.__version__
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert answer["machine"] == "aarch64" and answer["kernels"] == "0.19.1" and answer["close"], answer
     assert f"/build/{VARIANT}/" in answer["file"] and answer["kbuild"] == VARIANT
+
+
+# PyPI's last aarch64 torch that is a CPU build (2.12-2.14 are CUDA 13.0 builds): with it,
+# kernels' own rule (no backend argument) selects the CPU variant, as on an aarch64 CPU machine.
+CPU_TORCH_VARIANT = "torch29-cxx11-cpu-aarch64-linux"
+
+
+def test_with_a_cpu_torch_kernels_picks_the_cpu_variant_by_its_own_rule_and_the_tests_pass(tmp_path):
+    """kernels-community's relu calls `kernels.get_kernel(repo)` without a backend, which under
+    PyPI's aarch64 torch 2.14 selects cu130. Built for torch 2.9 (a CPU build) it passes its own
+    tests under emulation (docs/guides/aarch64.md); the same here with examples/relu: its import
+    check and own tests under emulation, and kernels 0.19.1 choosing the CPU variant unasked."""
+    root = copy_example("relu", tmp_path)
+    built = kbuild("build", str(root), "--variant", CPU_TORCH_VARIANT, "--json", check=True)
+    (row,) = json.loads(built.stdout)["jobs"]
+    assert {c["check"]: c["status"] for c in row["checks"]}["import"] == "ok", row
+    tested = kbuild("test", str(root), "--variant", CPU_TORCH_VARIANT)
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
+    assert re.search(rf"relu \({CPU_TORCH_VARIANT}\): [1-9]\d* passed, 0 failed", tested.stderr), tested.stderr[-2000:]
+
+    from kernel_builder.environments.choice import EnvChooser
+    from kernel_builder.variants import Variant
+
+    python = EnvChooser.from_options(create=False).env_for(Variant.parse(CPU_TORCH_VARIANT)).python
+    script = f"""
+import json, pathlib, torch, kernels
+kernel = kernels.get_local_kernel(pathlib.Path({str(root)!r}))
+x = torch.randn(64)
+print(json.dumps({{"cuda": torch.version.cuda, "file": kernel.__file__,
+                  "close": bool(torch.equal(kernel.relu(x), torch.relu(x)))}}))
+"""
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["cuda"] is None and answer["close"] and f"/build/{CPU_TORCH_VARIANT}/" in answer["file"], answer
