@@ -5,7 +5,8 @@ verifier and by kbuild's loader under a signer policy."""
 from __future__ import annotations
 
 import shutil
-import warnings
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,10 +131,22 @@ def test_loader_applies_the_signer_policy(relu_cpu, standin, tmp_path, monkeypat
         load_local(variant, signatures=SignaturePolicy.of([ours], "require"))
     init.write_bytes(source)
 
-    # warn mode: an untrusted signer loads (last: a loaded folder is not checked again), with a warning naming the signer.
-    with pytest.warns(UserWarning, match="signed by github:myorg/relu/.github/workflows/release.yaml@refs/tags/v1.2.0"):
-        module = load_local(variant, signatures=SignaturePolicy.of([wrong["owner"]], "warn"))
-    assert hasattr(module, "relu")
+    # warn mode: an untrusted signer loads, with a warning naming the signer. In a fresh interpreter:
+    # this worker may have loaded another relu build of the same kernel id, which its loader keeps.
+    script = (
+        "import sys, warnings; from pathlib import Path; from kernel_builder.runtime import load_local; "
+        "from kernel_builder.runtime.signatures import SignaturePolicy\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    module = load_local(Path(sys.argv[1]), signatures=SignaturePolicy.of([sys.argv[2]], 'warn'))\n"
+        "print(hasattr(module, 'relu')); print(*(w.message for w in caught), sep='\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(variant), wrong["owner"]],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded, *warned = done.stdout.splitlines()
+    assert loaded == "True", done.stdout
+    assert any("signed by github:myorg/relu/.github/workflows/release.yaml@refs/tags/v1.2.0" in w for w in warned), warned
 
 
 def test_policy_parsing_and_environment(monkeypatch):
