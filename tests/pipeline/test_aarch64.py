@@ -57,14 +57,21 @@ def aarch64_build(name: str) -> tuple[Path, dict]:
     return folder / name, json.loads((folder / "result.json").read_text())
 
 
-def emulated_python() -> str:
+def run_emulated(script: str, variant: str = VARIANT, pythonpath: str | None = None) -> dict:
+    """`script` in the emulated Python of `variant`'s environment (made ready by its build's
+    import check); the JSON object its last line prints."""
     from kernel_builder.environments.choice import EnvChooser
     from kernel_builder.environments.cross_env import emulated_ready
     from kernel_builder.variants import Variant
 
-    env = EnvChooser.from_options(create=False).env_for(Variant.parse(VARIANT))
+    env = EnvChooser.from_options(create=False).env_for(Variant.parse(variant))
     assert emulated_ready(env), "the build's import check makes the emulated Python"
-    return env.python
+    environment = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    if pythonpath:
+        environment["PYTHONPATH"] = pythonpath
+    done = subprocess.run([env.python, "-c", script], capture_output=True, text=True, env=environment)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("name", ["swiglu", "layer-norm"])
@@ -131,10 +138,7 @@ print(json.dumps({{"machine": platform.machine(), "kernels": kernels.__version__
                   "close": bool(torch.allclose(got, want, atol=1e-5)),
                   "kbuild": find_variant(pathlib.Path({str(repo)!r}) / "build", "cpu").name}}))
 """
-    done = subprocess.run([emulated_python(), "-c", script], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    answer = run_emulated(script, pythonpath=str(REPO))
     assert answer["machine"] == "aarch64" and answer["kernels"] == "0.19.1" and answer["close"], answer
     assert f"/build/{VARIANT}/" in answer["file"] and answer["kbuild"] == VARIANT
 
@@ -157,10 +161,6 @@ def test_with_a_cpu_torch_kernels_picks_the_cpu_variant_by_its_own_rule_and_the_
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     assert re.search(rf"relu \({CPU_TORCH_VARIANT}\): [1-9]\d* passed, 0 failed", tested.stderr), tested.stderr[-2000:]
 
-    from kernel_builder.environments.choice import EnvChooser
-    from kernel_builder.variants import Variant
-
-    python = EnvChooser.from_options(create=False).env_for(Variant.parse(CPU_TORCH_VARIANT)).python
     script = f"""
 import json, pathlib, torch, kernels
 kernel = kernels.get_local_kernel(pathlib.Path({str(root)!r}))
@@ -168,8 +168,5 @@ x = torch.randn(64)
 print(json.dumps({{"cuda": torch.version.cuda, "file": kernel.__file__,
                   "close": bool(torch.equal(kernel.relu(x), torch.relu(x)))}}))
 """
-    done = subprocess.run([python, "-c", script], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    answer = run_emulated(script, CPU_TORCH_VARIANT)
     assert answer["cuda"] is None and answer["close"] and f"/build/{CPU_TORCH_VARIANT}/" in answer["file"], answer
