@@ -14,7 +14,8 @@ Scope per kernel (from `kbuild plan --json`, so the script and kbuild agree on w
 
 `--cuda` is the CUDA sweep instead: every CUDA-only `[torch]` kernel (backends = ["cuda"]; with
 `--only`, the named kernels that have a CUDA backend) compiled unchanged for one CUDA release
-(`--cuda-compute`, default cu130: the newest torch of that release kbuild can build here), for one
+(`--cuda-compute`, default cu130: the newest torch of that release kbuild can build here, or the
+one `--cuda-torch 2.13` names, as kernel-builder's lock may build only older torch), for one
 capability (`--cuda-capabilities`, default 9.0; `kernel` for each kernel's own list), into a
 scratch output folder; no tests (they need a GPU). One row per kernel: built, failed with the
 first compiler error, or timed out (`--build-timeout`, default 3600 s: the flash-attn3 repos have
@@ -27,7 +28,8 @@ dir), then `mkdir KC && git -C REPO archive HEAD | tar -x -C KC`. Its code never
 Usage: python benchmarks/community_corpus.py KC_DIR [--only relu,rmsnorm] [--with-cuda NAMES|none]
          [--toolchains present|hidden] [--clean] [--no-tests] [--json FILE]
        python benchmarks/community_corpus.py KC_DIR --cuda [--cuda-capabilities 9.0|kernel]
-         [--cuda-compute cu130] [--build-timeout S] [--only NAMES] [--dry-run] [--json FILE]
+         [--cuda-compute cu130] [--cuda-torch 2.13] [--build-timeout S] [--only NAMES] [--dry-run]
+         [--json FILE]
 """
 
 from __future__ import annotations
@@ -296,11 +298,11 @@ def cuda_sweep_wanted(kind: str, backends: str, named: bool) -> bool:
     return kind == "torch" and "cuda" in names and (named or names == ["cuda"])
 
 
-def cuda_variant(plan: list[dict], compute: str) -> tuple[str, str]:
-    """(variant, environment) of the newest torch kbuild builds here for `compute` (x86_64), or
-    ('', the reason none is buildable)."""
+def cuda_variant(plan: list[dict], compute: str, torch: tuple[int, int] | None = None) -> tuple[str, str]:
+    """(variant, environment) of the newest torch (or of `torch`) kbuild builds here for
+    `compute` (x86_64), or ('', the reason none is buildable)."""
     rows = [r for r in plan if r["backend"] == "cuda" and f"-{compute}-" in (r["variant"] or "")
-            and "x86_64" in r["variant"]]
+            and "x86_64" in r["variant"] and torch in (None, torch_of(r["variant"]))]
     buildable = [r for r in rows if r["buildable"]]
     if buildable:
         newest = max(buildable, key=lambda r: torch_of(r["variant"]))
@@ -346,7 +348,7 @@ def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, s
     if plan is None:
         row.status, row.reason = "refused", f"kbuild plan: {tail or f'exit {code}'}"
         return row
-    row.variant, why = cuda_variant(plan, args.cuda_compute)
+    row.variant, why = cuda_variant(plan, args.cuda_compute, args.cuda_torch)
     if not row.variant:
         row.status, row.reason = "not buildable", why
         return row
@@ -433,6 +435,8 @@ def main() -> int:
                         help="with --cuda: kbuild build's --cuda-arch (one or a few, e.g. 9.0 or 8.0,9.0), or 'kernel' "
                              "for each kernel's own list")
     parser.add_argument("--cuda-compute", default="cu130", help="with --cuda: the CUDA release to build for")
+    parser.add_argument("--cuda-torch", type=lambda text: tuple(int(n) for n in text.split(".")[:2]), default=None,
+                        help="with --cuda: the torch release (e.g. 2.13) instead of the newest kbuild builds here")
     parser.add_argument("--dry-run", action="store_true", help="with --cuda: print the plan, compile nothing")
     parser.add_argument("--build-timeout", type=int, default=BUILD_TIMEOUT,
                         help="with --cuda: seconds one kernel may compile before its row says timed out (default 3600)")

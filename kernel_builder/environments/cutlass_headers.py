@@ -137,15 +137,16 @@ def include_dirs(release: Release, say: Callable[[str], None] = lambda line: Non
 
 
 def ensure(release: Release, say: Callable[[str], None] = lambda line: None) -> Path:
-    """The release's folder (module docstring), made once, under a lock."""
-    reason = unavailable(release)
-    if reason:
-        raise BuildError(reason)
+    """The release's folder (module docstring), made once, under a lock. A ready folder is
+    used as it is: it was checked when made (a build container gets the host's, read-only)."""
     base = tools_root()
     folder = base / release.key
     if (folder / READY).is_file():
         _touch(folder / READY)
         return folder
+    reason = unavailable(release)
+    if reason:
+        raise BuildError(reason)
     with exclusive_lock(base / f"{release.key}.lock"):
         if (folder / READY).is_file():
             return folder

@@ -160,6 +160,33 @@ def pip_request(spec: EnvSpec, index: str | None = None) -> tuple[str, str | Non
     return requirement, _index_table()[backend].format(compute=spec.compute, major=major, minor=minor)
 
 
+# A wheelhouse (pip's find-links) or a mirror may hold another flavour of the release PyPI
+# serves, under a local label: 2.13.0+cpu beside PyPI's CUDA 13.0 2.13.0. pip ranks the
+# labelled one higher, so `torch==2.13.*` alone would install the CPU build.
+_MAX_EXCLUSIONS = 3
+
+
+def narrowed_requirement(spec: EnvSpec, index: str | None = None, cached_only: bool = False) -> str:
+    """spec's pip requirement with each release of another flavour that pip's configured
+    sources would pick first excluded by name (`torch==2.13.*,!=2.13.0+cpu`), found by dry
+    runs, so pip falls through to the flavour PyPI serves. Where nothing is left after an
+    exclusion, the last requirement stays, and the flavour check reports what it offers.
+    Unchanged where an index is named or any flavour will do."""
+    requirement, url = pip_request(spec, index)
+    if url is not None or spec.compute in _ANY_FLAVOUR or pypi_flavour(spec.torch) != spec.compute:
+        return requirement
+    for _ in range(_MAX_EXCLUSIONS):
+        torch = _offered_torch(requirement, cached_only)
+        label = torch.version.partition("+")[2] if torch else ""
+        if not label or label.replace(".", "") == spec.compute:
+            return requirement
+        narrower = f"{requirement},!={torch.version}"
+        if _offered_torch(narrower, cached_only) is None:
+            return requirement
+        requirement = narrower
+    return requirement
+
+
 # -- the store ----------------------------------------------------------------------------
 def envs_root() -> Path:
     configured = read_environment().envs_dir
@@ -248,7 +275,8 @@ def _create(
 ) -> BuildEnv:
     if spec.arch:
         return cross_env.create(spec, path, pip_request(spec, index)[1], say, progress, remove=_remove)
-    requirement, url = pip_request(spec, index)
+    url = pip_request(spec, index)[1]
+    requirement = narrowed_requirement(spec, index)
     source = mask_credentials(url) if url else "pip's configured index"
     log = path.with_name(f"{spec.key}.log")
 
@@ -353,17 +381,20 @@ def _unservable_record(spec: EnvSpec, url: str | None) -> dict | None:
 def _offered_compute(spec: EnvSpec) -> str | None:
     """The compute tag of the torch that pip's configured index would install for spec
     (the dry run that also sizes its creation), or None when pip cannot tell quickly."""
-    downloads = _dry_run(spec, None)
-    torch = next((d for d in downloads or () if d.name.lower() == "torch"), None)
+    torch = _offered_torch(narrowed_requirement(spec))
     if torch is None:
         return None
     return wheel_compute({"version": torch.version, "requires_dist": list(torch.requires_dist)}, spec.torch)
 
 
-def _dry_run(spec: EnvSpec, url: str | None, cached_only: bool = False) -> tuple[download_cost.Download, ...] | None:
-    """What creating spec's environment from `url` (None: pip's own indexes) would install:
+def _offered_torch(requirement: str, cached_only: bool = False) -> download_cost.Download | None:
+    downloads = _dry_run(requirement, None, cached_only)
+    return next((d for d in downloads or () if d.name.lower() == "torch"), None)
+
+
+def _dry_run(requirement: str, url: str | None, cached_only: bool = False) -> tuple[download_cost.Download, ...] | None:
+    """What `pip install requirement` from `url` (None: pip's own indexes) would install:
     one resolve, cached, for both the flavour check and the size of the creation."""
-    requirement, _ = pip_request(spec)
     return download_cost.dry_run(base_python(), [requirement], cached_only=cached_only, index_url=url)
 
 
@@ -372,7 +403,7 @@ def creation_cost(spec: EnvSpec, index: str | None = None, cached_only: bool = F
     (or, with `cached_only`, has not been asked yet)."""
     if spec.arch:
         return cross_env.creation_cost(spec, pip_request(spec, index)[1], cached_only)
-    downloads = _dry_run(spec, pip_request(spec, index)[1], cached_only)
+    downloads = _dry_run(narrowed_requirement(spec, index, cached_only), pip_request(spec, index)[1], cached_only)
     return None if downloads is None else download_cost.cost(downloads)
 
 

@@ -12,7 +12,9 @@ Inside, the same build entry runs as locally, `python -m kernel_builder.cli buil
   build log, kept for the next build and for reading the log) are mounted read-write;
 - it runs as the calling user (uid:gid), so what it writes is the caller's, not root's;
 - it asks for no GPU and has no network: building needs neither, and a build reads
-  nothing but its mounts;
+  nothing but its mounts; the CUTLASS headers a CUDA unit's `depends` names are made on
+  the host (from PyPI, or a clone named in KBUILD_CUTLASS_CHECKOUTS) and mounted
+  read-only where the container's kbuild looks for them;
 - it runs on its image's platform, linux/arm64 for an aarch64 variant: natively on an
   aarch64 machine, through qemu elsewhere (runners/docker_platform.py);
 - on a manylinux_2_28 base, symbol versions beyond it fail the variant (--strict-abi); on
@@ -41,6 +43,7 @@ from pathlib import Path
 import kernel_builder
 from kernel_builder.runtime.system import host_platform
 from kernel_builder.compile.parallelism import Parallelism
+from kernel_builder.environments import cutlass_headers
 from kernel_builder.errors import KbuildError
 from kernel_builder.formatting import first_line
 from kernel_builder.kernel.sources import input_files
@@ -174,11 +177,13 @@ def container_spec(
     nvcc_threads: int | None,
     kbuild_cache_dir: Path | None = None,
     extra_args: tuple[str, ...] = (),
+    cutlass: tuple[Path, ...] = (),
 ) -> ContainerSpec:
     """The container that builds variant `job_variant_name` of the kernel in `kernel_root`
     into `out_dir` (which gets `<variant>/`). `compiler_cache_dir` is the host's ccache
     folder (None: build without one); `kbuild_cache_dir` the job's kbuild cache (None:
-    job_cache_dir). `max_jobs` and `nvcc_threads` become MAX_JOBS and NVCC_THREADS."""
+    job_cache_dir). `max_jobs` and `nvcc_threads` become MAX_JOBS and NVCC_THREADS.
+    `cutlass`: the host's ready CUTLASS release folders (cutlass_headers.ensure)."""
     kernel_root, out_dir = kernel_root.resolve(), out_dir.resolve()
     package = kbuild_package_dir.resolve()
     job_cache = (kbuild_cache_dir or job_cache_dir(image, job_variant_name)).resolve()
@@ -190,6 +195,12 @@ def container_spec(
     mounts = _mounts(read_only, writable)
     # An emulated aarch64 CPU's registers, which torch reads at import (runners/docker_platform.py).
     mounts += tuple(Mount(target, source, True) for source, target in cpu_description(image.platform, job_cache / "emulated-cpu"))
+    # The container's tools root is its job cache's (KBUILD_CACHE_DIR below); the mount
+    # points are made here, as the caller, not by the engine as root.
+    for folder in cutlass:
+        target = job_cache / "tools" / "cutlass" / folder.name
+        target.mkdir(parents=True, exist_ok=True)
+        mounts += (Mount(container_path(target), folder.resolve(), True),)
 
     environment = {
         "HOME": HOME,
@@ -462,7 +473,8 @@ class DockerRunner(Runner):
         return found, skips
 
     def container(
-        self, request: RunRequest, variant: Variant, image: ImageSpec, settings: BuildSettings, portable: bool
+        self, request: RunRequest, variant: Variant, image: ImageSpec, settings: BuildSettings, portable: bool,
+        cutlass: tuple[Path, ...] = (),
     ) -> ContainerSpec:
         """The container that runs `variant`'s job."""
         options = request.options
@@ -471,11 +483,26 @@ class DockerRunner(Runner):
             variant.name, request.manifest.root, request.out, default_compiler_cache_dir(options.compiler_cache),
             KBUILD_PACKAGE_DIR, image, uid=os.getuid(), gid=os.getgid(), max_jobs=parallelism.jobs,
             nvcc_threads=parallelism.nvcc_threads, extra_args=forwarded_flags(options, parallelism, portable),
+            cutlass=cutlass,
         )
+
+    def cutlass(self, request: RunRequest, variant: Variant) -> tuple[Path, ...]:
+        """The CUTLASS release folders the units of `variant`'s backend depend on, made on
+        the host (the containers have no network). A release kbuild cannot provide raises
+        its one-line BuildError."""
+        depends = (d for unit in request.manifest.units_for(variant.backend) for d in unit.depends)
+        return tuple(cutlass_headers.ensure(release, request.say) for release in cutlass_headers.wanted(depends))
 
     def tasks(self, request: RunRequest) -> tuple[list[Task], list[JobResult]]:
         input_files(request.manifest)  # as the local plan does: a file outside the repo fails before any image
         found, skips = self.images(request)
+        headers: dict[str, tuple[Path, ...]] = {}
+        for variant, _ in found:
+            try:
+                headers[variant.name] = self.cutlass(request, variant)
+            except KbuildError as e:  # as in a local build: the variant fails, in one line
+                skips.append(JobResult(variant.name, variant.backend, "failed", detail=e.message))
+        found = [(v, i) for v, i in found if v.name in headers]
         if not found:
             return [], skips
         client = docker_client()
@@ -495,7 +522,7 @@ class DockerRunner(Runner):
         def run(variant: Variant, image: ImageSpec, settings: BuildSettings) -> JobResult:
             def build() -> JobResult:
                 return build_in_container(
-                    variant, image, client, lambda portable: self.container(request, variant, image, settings, portable),
+                    variant, image, client, lambda portable: self.container(request, variant, image, settings, portable, headers[variant.name]),
                     on_step=lambda step, log: settings.progress.step(variant.name, step, log),
                 )
 
@@ -504,7 +531,7 @@ class DockerRunner(Runner):
 
             def probe():  # the variant's input id, from a container of its image (docker_output_cache)
                 settings.progress.step(variant.name, "output cache")
-                spec = self.container(request, variant, image, settings, portable=False)
+                spec = self.container(request, variant, image, settings, portable=False, cutlass=headers[variant.name])
                 spec = replace(spec, command=probe_command(spec.command))
                 return run_container(spec, job_cache_dir(image, variant.name) / "input-id.log", client=client).report
 

@@ -169,6 +169,20 @@ def test_a_file_or_tree_that_is_not_the_pinned_one_is_refused(tmp_path, index):
         cutlass_headers.ensure(missing)
 
 
+def test_a_ready_release_folder_serves_without_a_source(tmp_path, monkeypatch):
+    """What a build container sees: the host's checked folder of a release no PyPI file
+    carries (cutlass_4_5), mounted read-only, and neither PyPI nor a checkout."""
+    monkeypatch.setenv("KBUILD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KBUILD_CUTLASS_CHECKOUTS", raising=False)
+    release = cutlass_headers.releases()["cutlass_4_5"]
+    with pytest.raises(BuildError):
+        cutlass_headers.ensure(release)  # nothing made yet: refused as before
+    folder = cutlass_headers.tools_root() / release.key
+    (folder / "include").mkdir(parents=True)
+    (folder / cutlass_headers.READY).write_text("{}\n")
+    assert cutlass_headers.ensure(release) == folder
+
+
 def test_a_release_without_a_pypi_source_comes_from_a_checkout_the_user_names(tmp_path, monkeypatch):
     """KBUILD_CUTLASS_CHECKOUTS: a clone of the tag (here, folders with the release's content) is
     used when its trees are exactly the release's; otherwise the refusal says how to make one."""

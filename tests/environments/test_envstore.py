@@ -385,27 +385,83 @@ def test_wheel_compute_reads_the_flavour_of_a_torch_wheel():
     assert wheel_compute({"version": "2.14.1", "requires_dist": ["filelock"]}, (2, 14)) == "cpu"
 
 
-def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(tmp_path, monkeypatch):
-    """pip is asked (a dry run) what its configured index would install; on this machine's
-    index torch 2.13 is CPU only (MACHINE.md), so torch213-cu130 is skipped with the reason
-    and the answer is remembered; asking for it by name forgets it."""
-    from kernel_builder.environments import download_cost, store as envstore
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A tiny real wheel: all pip's dry run reads of a torch is its name, version and Requires-Dist."""
+    import zipfile
 
-    monkeypatch.setenv("KBUILD_ENVS_DIR", str(tmp_path / "envs"))
+    info = f"{name.replace('-', '_')}-{version}.dist-info"
+    metadata = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                        *(f"Requires-Dist: {r}\n" for r in requires)])
+    wheel = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{info}/METADATA", metadata)
+        z.writestr(f"{info}/WHEEL", wheel)
+        z.writestr(f"{info}/RECORD", "")
+
+
+@pytest.fixture
+def pip_sources(tmp_path, monkeypatch):
+    """pip's configured sources as on a machine with a wheelhouse: find-links holding torch
+    2.13.0+cpu, an index holding PyPI's CUDA 13.0 build of 2.13.0 (plain version, nvidia-*
+    requirements). Returns a function that fills the index with PyPI's build."""
+    from kernel_builder.environments import download_cost
+
+    wheelhouse, simple = tmp_path / "wheelhouse", tmp_path / "simple"
+    _wheel(wheelhouse, "torch", "2.13.0+cpu", ("filelock",))
+    _wheel(wheelhouse, "filelock", "3.20.0")
+    simple.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's own pip config stays out
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
+    monkeypatch.setenv("PIP_INDEX_URL", simple.as_uri())
     download_cost._dry_run.cache_clear()
+
+    def publish_pypi_build() -> None:
+        for project, version, requires in (("torch", "2.13.0", ('nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',)),
+                                           ("nvidia-nccl-cu13", "2.29.7", ())):
+            _wheel(simple / project, project, version, requires)
+            links = "".join(f'<a href="{w.name}">{w.name}</a>' for w in (simple / project).glob("*.whl"))
+            (simple / project / "index.html").write_text(f"<html><body>{links}</body></html>")
+        download_cost._dry_run.cache_clear()
+
+    yield publish_pypi_build
+    download_cost._dry_run.cache_clear()
+
+
+def test_a_wheelhouse_build_of_another_flavour_is_stepped_over(store, pip_sources):
+    """pip ranks 2.13.0+cpu above PyPI's plain 2.13.0, so `torch==2.13.*` alone would install
+    the CPU build: kbuild excludes that release by name and pip falls through to PyPI's
+    CUDA 13.0 build (the variant is buildable, not skipped)."""
+    from kernel_builder.environments import store as envstore
+
+    pip_sources()
     spec = EnvSpec((2, 13), "cu130")
-    offered = envstore._offered_compute(spec)
-    if offered is None:
-        pytest.skip("pip could not resolve torch==2.13.* from its configured index here")
+    assert envstore.narrowed_requirement(spec) == "torch==2.13.*,!=2.13.0+cpu"
+    assert envstore._offered_compute(spec) == "cu130"
+    assert envstore.unservable_reason(spec) is None
+    cost = envstore.creation_cost(spec)
+    assert cost is not None and [(d.name, d.version) for d in cost.downloads] == [
+        ("torch", "2.13.0"), ("nvidia-nccl-cu13", "2.29.7")]
+    # A CPU spec takes any flavour, and a named index is asked as it is: no exclusion.
+    assert envstore.narrowed_requirement(EnvSpec((2, 13), "cpu")) == "torch==2.13.*"
+    assert envstore.narrowed_requirement(spec, index=NO_INDEX) == "torch==2.13.*"
+
+
+def test_an_index_that_offers_another_flavour_is_skipped_before_any_install(store, pip_sources):
+    """Where pip's sources hold no other torch 2.13 than the CPU build, torch213-cu130 is
+    skipped with the reason before any install, and the answer is remembered; asking for it
+    by name forgets it."""
+    from kernel_builder.environments import store as envstore
+
+    spec = EnvSpec((2, 13), "cu130")
+    assert envstore.narrowed_requirement(spec) == "torch==2.13.*"  # nothing left to fall through to
+    assert envstore._offered_compute(spec) == "cpu"
     reason = envstore.unservable_reason(spec)
-    if offered == "cu130":
-        assert reason is None
-        return
     assert reason is not None and "pip's configured index serves no torch 2.13 (CUDA 13.0)" in reason
     assert "kbuild env create torch213-cu130" in reason
-    assert (tmp_path / "envs" / "torch213-cu130.unservable.json").is_file()
+    assert (store / "torch213-cu130.unservable.json").is_file()
     envstore.forget_unservable(spec)
-    assert not (tmp_path / "envs" / "torch213-cu130.unservable.json").exists()
+    assert not (store / "torch213-cu130.unservable.json").exists()
     # Another index may serve it: the record holds for the index it was made for only.
     envstore._remember_unservable(spec, None, "torch 2.13 (CPU)")
     assert envstore.unservable_reason(spec, index="https://download.pytorch.org/whl/cu130") is None

@@ -43,6 +43,7 @@ def test_the_cuda_sweep_takes_cuda_only_torch_kernels_and_the_newest_torch_of_th
     ]
     assert corpus.cuda_variant(plan, "cu130") == ("torch214-cxx11-cu130-x86_64-linux", "e214")
     assert corpus.cuda_variant(plan[3:], "cu130") == ("", "no cu130 variant: the kernel's build.toml bounds its CUDA to cu126")
+    assert corpus.cuda_variant(plan, "cu130", (2, 12)) == ("torch212-cxx11-cu130-x86_64-linux", "e212")  # --cuda-torch 2.12
 
 
 def test_a_failure_is_reported_by_its_first_compiler_error(tmp_path):

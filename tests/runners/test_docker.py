@@ -310,6 +310,24 @@ def test_container_spec_of_a_cpu_job(tmp_path):
     assert spec.working_dir == str(kernel.resolve())
 
 
+def test_a_cuda_job_gets_the_hosts_cutlass_headers_read_only_where_its_kbuild_looks(tmp_path):
+    """The containers have no network: the CUTLASS release a unit depends on is made on the
+    host and mounted, read-only, in the container's own tools root (its job cache's)."""
+    kernel, jobcache = _kernel(tmp_path), tmp_path / "jobcache"
+    release = tmp_path / "host-cache" / "tools" / "cutlass" / "4.5.2-abc123"
+    release.mkdir(parents=True)
+    name = "torch214-cxx11-cu130-x86_64-linux"
+    spec = container_spec(name, kernel, tmp_path / "out", None, KBUILD_PACKAGE_DIR, image(name), uid=1, gid=1,
+                          max_jobs=None, nvcc_threads=None, kbuild_cache_dir=jobcache, cutlass=(release,))
+    mount = _mount(spec, release)
+    assert mount.read_only and mount.target == str(jobcache.resolve() / "tools" / "cutlass" / "4.5.2-abc123")
+    assert Path(mount.target).is_dir(), "the mount point is made by the caller, not by the engine as root"
+    assert spec.environment["KBUILD_CACHE_DIR"] == str(jobcache.resolve())
+    plain = container_spec(name, kernel, tmp_path / "out", None, KBUILD_PACKAGE_DIR, image(name), uid=1, gid=1,
+                           max_jobs=None, nvcc_threads=None, kbuild_cache_dir=jobcache)
+    assert not any("cutlass" in m.target for m in plain.mounts)
+
+
 def test_container_spec_of_a_cuda_job_in_a_git_work_tree(tmp_path):
     repo = tmp_path / "repo"
     kernel = Path(shutil.copytree(TINY, repo / "kernels" / "tiny"))

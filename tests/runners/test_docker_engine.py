@@ -221,3 +221,24 @@ def test_swiglu_cpu_and_cu130_build_in_containers_and_pass_check(engine, base_im
     )
     loaded = subprocess.run([sys.executable, "-c", check, str(out / CPU)], capture_output=True, text=True, check=False)
     assert loaded.returncode == 0 and loaded.stdout.strip() == "matches", loaded.stderr[-2000:]
+
+
+def test_a_cutlass_kernel_builds_in_a_container_from_the_hosts_headers(engine, base_image, tmp_path):
+    """The containers have no network, so `depends = ["cutlass_4_0"]` is made on the host (from
+    PyPI) and mounted read-only into the container, which compiles against exactly that
+    release (the fixture static_asserts 4.0.0) and passes its import check. One capability:
+    the docker runner compiles the kernel's own list (it refuses --cuda-arch)."""
+    root = Path(shutil.copytree(REPO / "tests" / "fixtures" / "cutlass-depends", tmp_path / "cutlass-depends"))
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('depends = ["torch", "cutlass_4_0"]',
+                                             'depends = ["torch", "cutlass_4_0"]\ncuda-capabilities = ["9.0"]'))
+    out = tmp_path / "out"
+    done = kbuild("build", str(root), "--runner", "docker", "--base-image", base_image, "--variant", CU130,
+                  "--out", str(out), "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [row] = json.loads(done.stdout)["jobs"]
+    assert row["status"] == "built" and {c["check"]: c["status"] for c in row["checks"]}.get("import") == "ok", row
+    command = Path(row["log"]).read_text().splitlines()[0]
+    assert command.startswith("$ docker run") and re.search(r"source=[^,]*/tools/cutlass/4\.0\.0-[0-9a-f]+,target=[^,]+,readonly",
+                                                            command), command
+    assert list((out / CU130).glob("*.so"))
