@@ -58,6 +58,16 @@ def test_a_restricted_unit_keeps_its_own_spelling_and_drops_ptx():
         effective_capabilities(unit, (13, 0), NVCC_13, ("5.0",))
 
 
+def test_a_unit_of_other_gpus_own_instructions_keeps_its_list():
+    """sage-attention's FP4 unit lists only 10.0a: compiled for sm_90 by `--cuda-arch 9.0`, ptxas
+    refused its `cvt ... e2m1x2`. Arch-specific code compiles for its own GPUs only."""
+    fp4 = KernelUnit(name="fp4", backend="cuda", src=("k.cu",), cuda_capabilities=("10.0a", "12.0a"))
+    assert effective_capabilities(fp4, (13, 0), NVCC_13, ("9.0",)) == ("10.0a", "12.0a")
+    assert effective_capabilities(fp4, (13, 0), NVCC_13, ("12.0",)) == ("12.0a",)  # one of its own: restricted
+    portable = KernelUnit(name="k", backend="cuda", src=("k.cu",), cuda_capabilities=("8.9",))
+    assert effective_capabilities(portable, (13, 0), NVCC_13, ("9.0",)) == ("9.0",)  # 8.9 code runs on newer GPUs
+
+
 def test_the_build_option_is_parsed_once_and_refused_by_the_docker_runner():
     assert BuildOptions(cuda_arch="8.0, 9.0a").cuda_arch == ("8.0", "9.0a")
     assert BuildOptions().cuda_arch == ()

@@ -235,9 +235,11 @@ def effective_capabilities(
     """The unit's capabilities (or the defaults) that this nvcc can compile, in order.
     `only` (a build's --cuda-arch) replaces them with those architectures, keeping the unit's
     own spelling of one it lists (9.0a: its code may need the arch-specific features), never
-    +PTX (a development build runs on the GPU it was compiled for)."""
+    +PTX (a development build runs on the GPU it was compiled for). A unit that lists only
+    arch-specific capabilities (10.0a), none of them among `only`, keeps its list: that code
+    uses one GPU's own instructions (sage-attention's FP4 unit) and compiles for no other."""
     wanted = unit.cuda_capabilities or default_capabilities(cuda)
-    if only:
+    if only and not _only_other_specific_archs(unit.cuda_capabilities, only):
         return tuple(restricted(wanted, only, cuda, supported))
     kept = tuple(c for c in wanted if _base(c) in supported)
     if not kept:
@@ -247,6 +249,12 @@ def effective_capabilities(
             f"none of them (it compiles for {have}); list capabilities this CUDA supports"
         )
     return kept
+
+
+def _only_other_specific_archs(listed: tuple[str, ...], only: tuple[str, ...]) -> bool:
+    """Whether every capability `listed` is arch-specific (9.0a, 10.0f) and none is one of `only`."""
+    specific = [c.removesuffix("+PTX") for c in listed]
+    return bool(specific) and all(c != _base(c) for c in specific) and not {_base(c) for c in specific} & {_base(a) for a in only}
 
 
 def restricted(wanted: tuple[str, ...], only: tuple[str, ...], cuda: tuple[int, int], supported: frozenset[str]):
