@@ -158,6 +158,9 @@ def kbuild(args: list[str], env: dict[str, str], timeout: int) -> tuple[int, dic
     except subprocess.TimeoutExpired:
         stop(process)
         return TIMED_OUT, None, f"timed out after {timeout} s"
+    except BaseException:  # Ctrl-C, or SIGTERM of this script (main): its build stops too
+        stop(process)
+        raise
     done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     try:
         document = json.loads(done.stdout) if done.stdout.strip() else None
@@ -421,7 +424,12 @@ def run_cuda_sweep(args: argparse.Namespace, only: set[str], env: dict[str, str]
     return 0
 
 
+def _interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt  # a SIGTERM stops the running kbuild as Ctrl-C does (kbuild())
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kc_dir", type=Path, help="a kernels-community checkout (folders holding build.toml)")
     parser.add_argument("--only", default="", help="comma-separated kernel names (default: all)")

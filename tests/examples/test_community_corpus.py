@@ -98,3 +98,22 @@ def test_cuda_dry_run_plans_the_cu130_variant_and_compiles_nothing(tmp_path):
     if row["status"] == "planned":
         assert "-cu130-x86_64-linux" in row["variant"] and "1 of 1 CUDA kernels planned for cu130 (capability 9.0)" in result.stdout
     assert not (tmp_path / "kc" / "relu" / "build").exists()
+
+
+def test_an_interrupted_sweep_stops_the_build_it_started(monkeypatch):
+    """Ctrl-C or a SIGTERM of the script stops its kbuild (and so Ninja), not only itself."""
+    import signal
+
+    monkeypatch.setattr(corpus, "masked", lambda command, env: ["sleep", "60"])
+    real, started = subprocess.Popen.communicate, []
+
+    def communicate(self, *args, **kwargs):
+        if not started:
+            started.append(self)
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", communicate)
+    with pytest.raises(KeyboardInterrupt):
+        corpus.kbuild([], {}, timeout=30)
+    assert started[0].returncode == -signal.SIGTERM
