@@ -166,8 +166,11 @@ def main() -> int:
         print("gpu-proof: torch sees no CUDA device; run with --dry-run for the CPU check of this script", file=sys.stderr)
         return 2
     profile = DRY_RUN if args.dry_run else GPU
+    # Absolute from here on: each example's tests run with its own folder as the working
+    # directory, where a relative --out or --work would name nothing.
+    args.out = args.out.absolute()
     args.out.mkdir(parents=True, exist_ok=True)
-    work = args.work or args.out / "work"
+    work = (args.work or args.out / "work").absolute()
     variant = variant_name()
     gpu = torch.cuda.get_device_name() if profile.device == "cuda" else None
     capability = ".".join(map(str, torch.cuda.get_device_capability())) if gpu else None

@@ -15,10 +15,10 @@ EXAMPLES = {"relu", "swiglu", "layer-norm", "flash-attn"}
 
 from conftest import optional_module
 
-def run(*args: str, python: str = sys.executable, wheels: Path | None = None) -> subprocess.CompletedProcess:
+def run(*args: str, python: str = sys.executable, wheels: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """run.sh with `python`; `wheels`: the carried wheels' folder (default: none)."""
     env = dict(os.environ, KBUILD_PROOF_PYTHON=python, KBUILD_PROOF_WHEELS=str(wheels or "/nonexistent"))
-    return subprocess.run(["bash", str(RUN), *args], capture_output=True, text=True, check=False, env=env)
+    return subprocess.run(["bash", str(RUN), *args], capture_output=True, text=True, check=False, env=env, cwd=cwd)
 
 
 @pytest.mark.e2e
@@ -32,8 +32,9 @@ def test_dry_run_builds_tests_and_times_every_example(tmp_path, built_example, r
     for name in EXAMPLES - {"relu"}:
         (work / name).symlink_to(built_example(name).root)
     # The examples' own suites run in test_example_kernels.py: here only relu's, the smallest,
-    # goes through the script's test step, in a run of its own.
-    tested = run("--dry-run", "--examples", "relu", "--out", str(tmp_path / "relu"), "--work", str(work))
+    # goes through the script's test step, in a run of its own, given relative --out and --work
+    # (issue 35: the tests run in the example's folder, where a relative path named nothing).
+    tested = run("--dry-run", "--examples", "relu", "--out", "relu", "--work", "work", cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
     (step,) = json.loads((tmp_path / "relu" / "proof.json").read_text())["tests"]
     assert step["example"] == "relu" and step["ok"], step  # its suite ran, on the requested device
