@@ -175,13 +175,13 @@ def narrowed_requirement(spec: EnvSpec, index: str | None = None, cached_only: b
     requirement, url = pip_request(spec, index)
     if url is not None or spec.compute in _ANY_FLAVOUR or pypi_flavour(spec.torch) != spec.compute:
         return requirement
+    torch = _offered_torch(requirement, cached_only)
     for _ in range(_MAX_EXCLUSIONS):
-        torch = _offered_torch(requirement, cached_only)
-        label = torch.version.partition("+")[2] if torch else ""
-        if not label or label.replace(".", "") == spec.compute:
+        if torch is None or "+" not in torch.version or _compute_of(torch, spec) == spec.compute:
             return requirement
         narrower = f"{requirement},!={torch.version}"
-        if _offered_torch(narrower, cached_only) is None:
+        torch = _offered_torch(narrower, cached_only)
+        if torch is None:
             return requirement
         requirement = narrower
     return requirement
@@ -382,8 +382,10 @@ def _offered_compute(spec: EnvSpec) -> str | None:
     """The compute tag of the torch that pip's configured index would install for spec
     (the dry run that also sizes its creation), or None when pip cannot tell quickly."""
     torch = _offered_torch(narrowed_requirement(spec))
-    if torch is None:
-        return None
+    return None if torch is None else _compute_of(torch, spec)
+
+
+def _compute_of(torch: download_cost.Download, spec: EnvSpec) -> str | None:
     return wheel_compute({"version": torch.version, "requires_dist": list(torch.requires_dist)}, spec.torch)
 
 

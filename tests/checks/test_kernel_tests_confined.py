@@ -4,8 +4,6 @@ them, what is installed is listed first, and the variant's metadata.json is read
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.server
 import json
 import os
@@ -14,12 +12,12 @@ import subprocess
 import sys
 import textwrap
 import threading
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import kbuild
+from package_index import tiny_wheel, write_index_page
 from kernel_builder.checks import kernel_tests
 from kernel_builder.kernel.manifest import load_manifest
 
@@ -94,20 +92,8 @@ def test_pip_is_never_asked_for_the_repos_own_modules_and_imports_resolve_to_the
 
 def _squatted_wheel(folder: Path, name: str) -> None:
     """A wheel for `name` as a squatter would publish it: it records its own installation."""
-    files = {
-        f"{name}.py": "SQUATTED = True\n",
-        f"{name}-99.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 99.0\n",
-        f"{name}-99.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},{len(text)}"
-              for path, text in files.items()]
-    files[f"{name}-99.0.dist-info/RECORD"] = "\n".join(record + [f"{name}-99.0.dist-info/RECORD,,"]) + "\n"
-    (folder / name).mkdir(parents=True)
-    wheel = f"{name}-99.0-py3-none-any.whl"
-    with zipfile.ZipFile(folder / name / wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    (folder / name / "index.html").write_text(f'<html><body><a href="{wheel}">{wheel}</a></body></html>\n')
+    tiny_wheel(folder / name, name, "99.0", modules={f"{name}.py": "SQUATTED = True\n"})
+    write_index_page(folder / name)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import optional_module
+from package_index import tiny_wheel, write_index_page
 from kernel_builder.cli.env import env_app
 from kernel_builder.environments.probe import BuildEnv, probe_env
 from kernel_builder.environments.store import (
@@ -385,21 +386,6 @@ def test_wheel_compute_reads_the_flavour_of_a_torch_wheel():
     assert wheel_compute({"version": "2.14.1", "requires_dist": ["filelock"]}, (2, 14)) == "cpu"
 
 
-def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
-    """A tiny real wheel: all pip's dry run reads of a torch is its name, version and Requires-Dist."""
-    import zipfile
-
-    info = f"{name.replace('-', '_')}-{version}.dist-info"
-    metadata = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-                        *(f"Requires-Dist: {r}\n" for r in requires)])
-    wheel = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl", "w") as z:
-        z.writestr(f"{info}/METADATA", metadata)
-        z.writestr(f"{info}/WHEEL", wheel)
-        z.writestr(f"{info}/RECORD", "")
-
-
 @pytest.fixture
 def pip_sources(tmp_path, monkeypatch):
     """pip's configured sources as on a machine with a wheelhouse: find-links holding torch
@@ -408,8 +394,8 @@ def pip_sources(tmp_path, monkeypatch):
     from kernel_builder.environments import download_cost
 
     wheelhouse, simple = tmp_path / "wheelhouse", tmp_path / "simple"
-    _wheel(wheelhouse, "torch", "2.13.0+cpu", ("filelock",))
-    _wheel(wheelhouse, "filelock", "3.20.0")
+    tiny_wheel(wheelhouse, "torch", "2.13.0+cpu", ("filelock",))
+    tiny_wheel(wheelhouse, "filelock", "3.20.0")
     simple.mkdir()
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's own pip config stays out
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheelhouse))
@@ -419,9 +405,8 @@ def pip_sources(tmp_path, monkeypatch):
     def publish_pypi_build() -> None:
         for project, version, requires in (("torch", "2.13.0", ('nvidia-nccl-cu13==2.29.7; platform_system == "Linux"',)),
                                            ("nvidia-nccl-cu13", "2.29.7", ())):
-            _wheel(simple / project, project, version, requires)
-            links = "".join(f'<a href="{w.name}">{w.name}</a>' for w in (simple / project).glob("*.whl"))
-            (simple / project / "index.html").write_text(f"<html><body>{links}</body></html>")
+            tiny_wheel(simple / project, project, version, requires)
+            write_index_page(simple / project)
         download_cost._dry_run.cache_clear()
 
     yield publish_pypi_build
