@@ -66,6 +66,8 @@ def test_a_unit_of_other_gpus_own_instructions_keeps_its_list():
     assert effective_capabilities(fp4, (13, 0), NVCC_13, ("12.0",)) == ("12.0a",)  # one of its own: restricted
     portable = KernelUnit(name="k", backend="cuda", src=("k.cu",), cuda_capabilities=("8.9",))
     assert effective_capabilities(portable, (13, 0), NVCC_13, ("9.0",)) == ("9.0",)  # 8.9 code runs on newer GPUs
+    unlisted = KernelUnit(name="k", backend="cuda", src=("k.cu",))  # the defaults: CI's e2e builds crashed here
+    assert effective_capabilities(unlisted, (13, 0), NVCC_13, ("9.0",)) == ("9.0",)
 
 
 def test_the_build_option_is_parsed_once_and_refused_by_the_docker_runner():

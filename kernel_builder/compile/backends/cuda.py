@@ -251,9 +251,10 @@ def effective_capabilities(
     return kept
 
 
-def _only_other_specific_archs(listed: tuple[str, ...], only: tuple[str, ...]) -> bool:
-    """Whether every capability `listed` is arch-specific (9.0a, 10.0f) and none is one of `only`."""
-    specific = [c.removesuffix("+PTX") for c in listed]
+def _only_other_specific_archs(listed: tuple[str, ...] | None, only: tuple[str, ...]) -> bool:
+    """Whether every capability `listed` is arch-specific (9.0a, 10.0f) and none is one of `only`
+    (never for a unit that lists none: it takes the defaults)."""
+    specific = [c.removesuffix("+PTX") for c in listed or ()]
     return bool(specific) and all(c != _base(c) for c in specific) and not {_base(c) for c in specific} & {_base(a) for a in only}
 
 
