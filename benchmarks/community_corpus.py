@@ -290,9 +290,17 @@ def print_table(rows: list[Row], toolchains: str) -> None:
 class CudaRow:
     kernel: str
     variant: str = ""
-    status: str = ""  # built | failed | not buildable | refused | planned
+    status: str = ""  # built | failed | timed out | stopped | not buildable | refused | planned
     seconds: float = 0.0
     reason: str = ""  # the first compiler error, kbuild's one line, or (planned) the environment
+
+
+class SweepStopped(Exception):
+    """Ctrl-C or SIGTERM during a kernel's build: its row says how far the build got."""
+
+    def __init__(self, row: CudaRow):
+        super().__init__(row.kernel)
+        self.row = row
 
 
 def cuda_sweep_wanted(kind: str, backends: str, named: bool) -> bool:
@@ -362,7 +370,12 @@ def run_cuda_kernel(kernel_dir: Path, args: argparse.Namespace, env: dict[str, s
     if args.cuda_capabilities != "kernel":
         command += ["--cuda-arch", args.cuda_capabilities]
     start = time.perf_counter()
-    code, report, tail = kbuild(command, env, args.build_timeout)
+    try:
+        code, report, tail = kbuild(command, env, args.build_timeout)
+    except KeyboardInterrupt:
+        row.seconds = time.perf_counter() - start
+        row.status, row.reason = "stopped", compile_progress(env, row.variant, start) or "stopped before any object compiled"
+        raise SweepStopped(row) from None
     row.seconds = time.perf_counter() - start
     job = next((j for j in (report or {}).get("jobs", ()) if j["variant"] == row.variant), None)
     if code == TIMED_OUT:
@@ -407,20 +420,30 @@ def print_cuda_table(rows: list[CudaRow], args: argparse.Namespace) -> None:
 
 def run_cuda_sweep(args: argparse.Namespace, only: set[str], env: dict[str, str], scratch: Path) -> int:
     kernels = sorted(p.parent for p in args.kc_dir.glob("*/build.toml") if not only or p.parent.name in only)
-    rows = []
-    for kernel_dir in kernels:
-        row = run_cuda_kernel(kernel_dir, args, env, scratch / "out")
-        if row is None:
-            continue
-        rows.append(row)
-        print(f"{row.kernel}: {row.status} in {row.seconds:.0f} s {row.reason[:200]}", file=sys.stderr, flush=True)
-        shutil.rmtree(scratch / "out" / kernel_dir.name, ignore_errors=True)  # the variants are not kept: GBs
-    if not rows:
+    rows, stopped = [], ""
+    # A stopped sweep of hours still prints (and writes) the rows it has: they are the result.
+    try:
+        for kernel_dir in kernels:
+            row = run_cuda_kernel(kernel_dir, args, env, scratch / "out")
+            if row is None:
+                continue
+            rows.append(row)
+            print(f"{row.kernel}: {row.status} in {row.seconds:.0f} s {row.reason[:200]}", file=sys.stderr, flush=True)
+            shutil.rmtree(scratch / "out" / kernel_dir.name, ignore_errors=True)  # the variants are not kept: GBs
+    except SweepStopped as interrupted:
+        rows.append(interrupted.row)
+        stopped = interrupted.row.kernel
+    except KeyboardInterrupt:
+        stopped = "a plan"
+    if not rows and not stopped:
         print(f"no CUDA kernels (folders with build.toml) found in {args.kc_dir}", file=sys.stderr)
         return 2
     print_cuda_table(rows, args)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    if stopped:
+        print(f"sweep stopped (Ctrl-C or SIGTERM) during {stopped}; the table holds the kernels before it", file=sys.stderr)
+        return 130
     return 0
 
 

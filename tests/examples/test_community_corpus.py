@@ -117,3 +117,31 @@ def test_an_interrupted_sweep_stops_the_build_it_started(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         corpus.kbuild([], {}, timeout=30)
     assert started[0].returncode == -signal.SIGTERM
+
+
+def test_a_stopped_sweep_prints_the_rows_it_has_and_how_far_the_stopped_build_got(tmp_path, monkeypatch, capsys):
+    """A sweep of hours stopped by Ctrl-C or SIGTERM: the finished kernels' rows and the stopped
+    build's progress, in the table and the --json file, exit 130, no traceback."""
+    for name in ("a-kernel", "b-kernel"):
+        shutil.copytree(EXAMPLES / "relu", tmp_path / "kc" / name, ignore=shutil.ignore_patterns("build"))
+    monkeypatch.setattr(corpus, "manifest_facts", lambda kernel_dir: ("torch", "cuda"))
+    variant = "torch214-cxx11-cu130-x86_64-linux"
+    plan = [{"variant": variant, "backend": "cuda", "buildable": True, "environment": "e", "reason": None}]
+
+    def kbuild(args, env, timeout):
+        if args[0] == "plan":
+            return 0, plan, ""
+        if args[1].endswith("a-kernel"):
+            return 0, {"jobs": [{"variant": variant, "status": "built"}]}, ""
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(corpus, "kbuild", kbuild)
+    monkeypatch.setattr(corpus, "compile_progress", lambda env, v, since: "3 of 7 objects compiled, no error")
+    out = tmp_path / "rows.json"
+    monkeypatch.setattr(sys, "argv", ["community_corpus.py", str(tmp_path / "kc"), "--cuda", "--json", str(out)])
+    assert corpus.main() == 130
+    printed = capsys.readouterr()
+    assert "sweep stopped (Ctrl-C or SIGTERM) during b-kernel" in printed.err
+    assert "1 of 2 CUDA kernels compile unchanged" in printed.out
+    rows = {r["kernel"]: (r["status"], r["reason"]) for r in json.loads(out.read_text())}
+    assert rows == {"a-kernel": ("built", ""), "b-kernel": ("stopped", "3 of 7 objects compiled, no error")}
