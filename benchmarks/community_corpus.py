@@ -452,7 +452,6 @@ def _interrupted(signum, frame) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kc_dir", type=Path, help="a kernels-community checkout (folders holding build.toml)")
     parser.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
@@ -506,4 +505,6 @@ def run_corpus(args: argparse.Namespace, only: set[str], cuda: set[str], env: di
 
 
 if __name__ == "__main__":
+    # In the script's own process only: tests call main() inside pytest's.
+    signal.signal(signal.SIGTERM, _interrupted)
     sys.exit(main())
